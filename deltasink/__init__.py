@@ -1,0 +1,57 @@
+"""deltasink: exactly-once, idempotent writes from PySpark into Delta Lake tables.
+
+Flink's two-phase-commit sink for Spark + Delta: :meth:`DeltaSink.pre_commit` stages a
+batch in one Delta commit tagged ``txn(app_id, version)``, :meth:`DeltaSink.commit`
+MERGEs staged versions into the target with the marker in the same commit, and
+:meth:`DeltaSink.recover` finishes whatever a crash left staged.
+
+    >>> from deltasink import DeltaSink, MergeSpec, embedded_spark
+    >>> sink = DeltaSink(target="/lake/orders", app_id="orders-ingest",
+    ...                  merge=MergeSpec(keys=["order_id"]))   # doctest: +SKIP
+    >>> sink.write(df, version=7)                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from deltasink._version import __version__
+from deltasink.engine import embedded_spark
+from deltasink.errors import (
+    AlreadyCommittedError,
+    CommitError,
+    ConfigurationError,
+    DeltaSinkError,
+    DuplicateKeyError,
+    InvalidInputError,
+    InvalidVersionError,
+    KeyColumnError,
+    NotADeltaTableError,
+    SchemaMismatchError,
+    StagingOwnershipError,
+)
+from deltasink.protocol import CommitReport, CommitResult, Committable, StagedVersion
+from deltasink.sink import DeltaSink, HistoryEntry, SinkStatus
+from deltasink.spec import MergeSpec
+
+__all__ = [
+    "AlreadyCommittedError",
+    "CommitError",
+    "CommitReport",
+    "CommitResult",
+    "Committable",
+    "ConfigurationError",
+    "DeltaSink",
+    "DeltaSinkError",
+    "DuplicateKeyError",
+    "HistoryEntry",
+    "InvalidInputError",
+    "InvalidVersionError",
+    "KeyColumnError",
+    "MergeSpec",
+    "NotADeltaTableError",
+    "SchemaMismatchError",
+    "SinkStatus",
+    "StagedVersion",
+    "StagingOwnershipError",
+    "__version__",
+    "embedded_spark",
+]

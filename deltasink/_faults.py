@@ -1,0 +1,102 @@
+"""Deterministic fault points, for crash tests.
+
+Production code calls :func:`point` between the steps of pre-commit, commit, recovery
+and clean-up. Nothing happens unless a test arms the point, either in-process with
+:func:`armed` or, for a child process that must die hard, through the environment
+variable ``DELTASINK_FAULTS`` (``"stage.after_files=exit,commit.after_publish=raise"``).
+
+Actions: ``raise`` raises :class:`FaultInjected`; ``exit`` ends the process at once with
+``os._exit(EXIT_CODE)`` (no clean-up, no ``finally`` blocks: a crash).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["EXIT_CODE", "POINTS", "FaultInjected", "armed", "point"]
+
+#: Every fault point, in the order a write passes them.
+POINTS = (
+    "stage.before_write",  # batch validated, nothing written yet
+    "stage.after_files",  # staging data files written, staging log not committed
+    "stage.after_log_commit",  # staging commit done, pre_commit has not returned
+    "commit.before_publish",  # state read, target not touched for this version
+    "publish.after_target_commit",  # target MERGE + marker committed, not yet reported
+    "commit.after_publish",  # version published, staging clean-up not yet done
+    "discard.before_log_commit",  # about to remove staged versions from staging
+)
+
+EXIT_CODE = 77
+
+_armed: dict[str, Callable[[], None]] = {}
+
+
+class FaultInjected(RuntimeError):
+    """Raised by an armed fault point with the ``raise`` action."""
+
+
+def _action(name: str, how: str) -> Callable[[], None]:
+    if how == "exit":
+        return lambda: os._exit(EXIT_CODE)
+    if how == "raise":
+
+        def _raise() -> None:
+            raise FaultInjected(f"fault injected at {name}")
+
+        return _raise
+    raise ValueError(f"unknown fault action {how!r}; use 'raise' or 'exit'")
+
+
+def _check(name: str) -> None:
+    if name not in POINTS:
+        raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
+
+
+def _load_env() -> None:
+    spec = os.environ.get("DELTASINK_FAULTS", "")
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, _, how = item.partition("=")
+        _check(name)
+        _armed[name] = _action(name, how or "raise")
+
+
+def point(name: str) -> None:
+    """Mark a fault point; runs the armed action for ``name``, if any."""
+    action = _armed.get(name)
+    if action is not None:
+        action()
+
+
+@contextmanager
+def armed(name: str, how: str | Callable[[], None] = "raise", *, after: int = 0) -> Iterator[None]:
+    """Arm ``name`` for the duration of the ``with`` block.
+
+    Args:
+        name: One of :data:`POINTS`.
+        how: ``"raise"``, ``"exit"`` or a callable to run.
+        after: Let the point pass this many times before the action fires.
+    """
+    _check(name)
+    action = _action(name, how) if isinstance(how, str) else how
+    remaining = [after]
+
+    def fire() -> None:
+        if remaining[0] > 0:
+            remaining[0] -= 1
+            return
+        action()
+
+    previous = _armed.get(name)
+    _armed[name] = fire
+    try:
+        yield
+    finally:
+        if previous is None:
+            _armed.pop(name, None)
+        else:
+            _armed[name] = previous
+
+
+_load_env()

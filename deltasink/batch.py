@@ -1,0 +1,211 @@
+"""Batches: user input (a PySpark DataFrame or Arrow data) to a validated Arrow table.
+
+Validation is vectorised in Arrow and happens before anything is written:
+reserved and duplicate column names, key and ``sequence_by`` columns present and
+non-null, types compatible with the target, and one row per key (or the latest row
+per key with ``sequence_by``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltasink.errors import (
+    DuplicateKeyError,
+    InvalidInputError,
+    KeyColumnError,
+    SchemaMismatchError,
+)
+from deltasink.schema import align_to_target, nullable_schema
+from deltasink.spec import RESERVED_PREFIX, MergeSpec
+
+__all__ = ["DELETE_COLUMN", "collect", "is_spark_dataframe", "prepare", "quote"]
+
+#: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
+DELETE_COLUMN = "_deltasink_delete"
+_ROW = "_deltasink_row"
+
+
+def quote(name: str) -> str:
+    """Quote a column name for Spark SQL and delta-rs predicates (backticks)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def is_spark_dataframe(obj: object) -> bool:
+    """Whether ``obj`` is a PySpark DataFrame, classic or Spark Connect."""
+    return type(obj).__module__.startswith("pyspark.sql") and hasattr(obj, "toArrow")
+
+
+def _check_names(names: Sequence[str]) -> None:
+    duplicated = sorted(n for n, c in Counter(names).items() if c > 1)
+    if duplicated:
+        raise SchemaMismatchError(
+            f"the batch has duplicate column names {duplicated}; rename or drop them.",
+            column=duplicated[0],
+        )
+    reserved = [n for n in names if n.startswith(RESERVED_PREFIX)]
+    if reserved:
+        raise SchemaMismatchError(
+            f"column(s) {reserved} use the prefix {RESERVED_PREFIX!r}, which deltasink "
+            "reserves for its own columns; rename them in the job.",
+            column=reserved[0],
+        )
+
+
+def _delete_expr(predicate: str) -> str:
+    return f"coalesce(({predicate}), false) AS {quote(DELETE_COLUMN)}"
+
+
+def _spark_to_arrow(df: Any, spec: MergeSpec) -> pa.Table:
+    _check_names(list(df.columns))
+    if spec.delete_when:
+        try:
+            df = df.selectExpr("*", _delete_expr(spec.delete_when))
+            df.schema  # noqa: B018 - forces analysis so a bad predicate fails here
+        except Exception as exc:
+            raise InvalidInputError(
+                f"MergeSpec.delete_when {spec.delete_when!r} is not a valid Spark SQL "
+                f"predicate over the batch columns {list(df.columns)}: {exc}"
+            ) from exc
+    table: pa.Table = df.toArrow()
+    return table
+
+
+def collect(data: object, spec: MergeSpec) -> pa.Table:
+    """Turn ``data`` into one Arrow table, adding the delete flag when configured.
+
+    Spark DataFrames are collected through Arrow (``DataFrame.toArrow``, no Python
+    row objects). ``delete_when`` is evaluated by Spark SQL: by the DataFrame's own
+    session, or, for Arrow input, by the embedded engine.
+
+    Raises:
+        InvalidInputError: Unsupported input type, or a ``delete_when`` that does not
+            evaluate on this batch.
+        SchemaMismatchError: Duplicate or reserved column names.
+    """
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        data = data.read_all()
+    if isinstance(data, pa.Table):
+        _check_names(data.column_names)
+        if not spec.delete_when:
+            return data
+        from deltasink.engine import embedded_spark
+
+        return _spark_to_arrow(embedded_spark().createDataFrame(data), spec)
+    if is_spark_dataframe(data):
+        return _spark_to_arrow(data, spec)
+    raise InvalidInputError(
+        "a batch must be a PySpark DataFrame (classic or Spark Connect), a pyarrow.Table, "
+        f"RecordBatch or RecordBatchReader; got {type(data).__module__}.{type(data).__name__}."
+    )
+
+
+def _check_required(table: pa.Table, spec: MergeSpec) -> None:
+    for name in spec.required_columns:
+        role = "sequence_by" if name == spec.sequence_by else "key"
+        if name not in table.column_names:
+            raise KeyColumnError(
+                f"{role} column {name!r} is missing from the batch, whose columns are "
+                f"{table.column_names}.",
+                column=name,
+            )
+        nulls = table.column(name).null_count
+        if nulls:
+            raise KeyColumnError(
+                f"{role} column {name!r} is null in {nulls} row(s) of the batch; every row "
+                f"needs a {role}. Filter or fill them in the job.",
+                column=name,
+            )
+
+
+def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> pa.Table:
+    """One row per key: the highest ``sequence_by``, ties going to the later row."""
+    indexed = table.select([*keys, sequence_by]).append_column(
+        _ROW, pa.array(np.arange(table.num_rows, dtype=np.int64))
+    )
+    order = pc.sort_indices(
+        indexed,
+        sort_keys=[(k, "ascending") for k in keys]
+        + [(sequence_by, "descending"), (_ROW, "descending")],
+    )
+    firsts = (
+        indexed.take(order)
+        .group_by(list(keys), use_threads=False)
+        .aggregate([(_ROW, "first")])
+        .column(f"{_ROW}_first")
+    )
+    if len(firsts) == table.num_rows:
+        return table
+    return table.take(pc.sort_indices(firsts))
+
+
+def _check_unique(table: pa.Table, keys: Sequence[str], hint: str) -> None:
+    counts = table.select(list(keys)).group_by(list(keys)).aggregate([([], "count_all")])
+    if counts.num_rows == table.num_rows:
+        return
+    dup = counts.filter(pc.greater(counts.column("count_all"), pa.scalar(1, pa.int64())))
+    example = dup.slice(0, 1).to_pylist()[0]
+    times = example.pop("count_all")
+    raise DuplicateKeyError(
+        f"{dup.num_rows} key(s) appear more than once in the batch, e.g. {example} "
+        f"({times} times). {hint}",
+        column=keys[0],
+    )
+
+
+def prepare(
+    table: pa.Table,
+    spec: MergeSpec,
+    target_schema: pa.Schema | None,
+    *,
+    target: str,
+) -> pa.Table:
+    """Validate a collected batch and shape it for staging.
+
+    Args:
+        table: The output of :func:`collect`.
+        spec: The merge spec.
+        target_schema: The target's Arrow schema, or ``None`` if it does not exist yet.
+        target: The target's name, for messages.
+
+    Returns:
+        The staged form: target types, nullable fields, one row per key (for
+        ``upsert``/``insert``), the delete flag last when ``delete_when`` is set.
+
+    Raises:
+        KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc.
+    """
+    _check_required(table, spec)
+    flag = table.column(DELETE_COLUMN) if DELETE_COLUMN in table.column_names else None
+    data = table.drop_columns([DELETE_COLUMN]) if flag is not None else table
+    if target_schema is not None:
+        data = align_to_target(
+            data,
+            target_schema,
+            evolve=spec.schema_evolution,
+            table=target,
+            non_null_mask=None if flag is None else pc.invert(flag),
+        )
+    else:
+        data = data.cast(nullable_schema(data.schema))
+    if flag is not None:
+        data = data.append_column(pa.field(DELETE_COLUMN, pa.bool_(), True), flag)
+    if spec.keys:
+        if spec.sequence_by:
+            data = _latest_per_key(data, spec.keys, spec.sequence_by)
+        else:
+            _check_unique(
+                data,
+                spec.keys,
+                "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the "
+                "latest row per key.",
+            )
+    return data

@@ -1,0 +1,321 @@
+"""The ``deltasink`` command: status, recover, abort and history for operators.
+
+A thin layer over the public API. Every command takes ``--json`` for scripts.
+
+Exit codes:
+    0  success
+    1  unexpected error
+    2  usage error (bad arguments)
+    3  configuration error (not a Delta table, staging of another app, no MergeSpec)
+    4  commit failed (the job's versions stay staged; fix the cause, run recover again)
+    5  refused (e.g. aborting a version that is already committed)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from deltasink.deltalog import is_local, normalize_uri
+from deltasink.errors import (
+    AlreadyCommittedError,
+    CommitError,
+    ConfigurationError,
+    DeltaSinkError,
+    InvalidInputError,
+)
+from deltasink.protocol import CommitReport
+from deltasink.sink import STAGING_SUFFIX, DeltaSink, SinkStatus
+
+__all__ = ["app", "main"]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONFIG, EXIT_COMMIT, EXIT_REFUSED = 0, 1, 2, 3, 4, 5
+
+app = typer.Typer(
+    name="deltasink",
+    help="Inspect and operate deltasink writers: exactly-once writes into Delta tables.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+Target = Annotated[str, typer.Argument(help="Target Delta table path or URI.")]
+AppOpt = Annotated[str, typer.Option("--app", "-a", help="The writer's app_id.")]
+StagingOpt = Annotated[
+    str | None,
+    typer.Option("--staging", help="Staging table location (default: next to the target)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _age(ts: datetime, now: datetime) -> str:
+    seconds = int((now - ts).total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
+
+
+@contextmanager
+def _errors(as_json: bool) -> Iterator[None]:
+    """Map deltasink errors to messages and exit codes."""
+    try:
+        yield
+    except DeltaSinkError as exc:
+        if isinstance(exc, AlreadyCommittedError | InvalidInputError):
+            code = EXIT_REFUSED
+        elif isinstance(exc, CommitError):
+            code = EXIT_COMMIT
+        elif isinstance(exc, ConfigurationError):
+            code = EXIT_CONFIG
+        else:
+            code = EXIT_ERROR
+        if as_json:
+            payload = {"error": type(exc).__name__, "message": str(exc), "exit_code": code}
+            out.print_json(json.dumps(payload))
+        else:
+            err.print(f"[bold red]{type(exc).__name__}[/]: {exc}", highlight=False)
+        raise typer.Exit(code) from None
+
+
+def _sink(target: str, app_id: str, staging: str | None) -> DeltaSink:
+    return DeltaSink(target=target, app_id=app_id, merge=None, staging=staging)
+
+
+def _discover_apps(target: str) -> list[str]:
+    root = normalize_uri(target) + STAGING_SUFFIX
+    if not is_local(root) or not os.path.isdir(root):
+        return []
+    return sorted(e.name for e in os.scandir(root) if e.is_dir())
+
+
+def _status_table(status: SinkStatus, now: datetime) -> Table:
+    table = Table(title=f"app [bold]{status.app_id}[/] → {status.target}", title_justify="left")
+    table.add_column("field", style="dim")
+    table.add_column("value")
+    table.add_row("engine", status.engine)
+    table.add_row("staging", status.staging)
+    table.add_row(
+        "target exists", "yes" if status.target_exists else "no (created on first commit)"
+    )
+    committed = "—" if status.committed_version is None else str(status.committed_version)
+    table.add_row("committed version", f"[bold green]{committed}[/]")
+    table.add_row("pending versions", str(len(status.pending)))
+    if status.merge is not None:
+        table.add_row("merge", f"{status.merge.mode} keys={list(status.merge.keys)}")
+    if status.leftover_versions:
+        table.add_row("leftover staging", f"{status.leftover_versions} (cleaned by recover)")
+    return table
+
+
+def _pending_table(status: SinkStatus, now: datetime) -> Table:
+    table = Table(title="pending (staged, not committed)", title_justify="left")
+    table.add_column("version", justify="right")
+    table.add_column("rows", justify="right")
+    table.add_column("staged at (UTC)")
+    table.add_column("age", justify="right")
+    for staged in status.pending:
+        table.add_row(
+            str(staged.version),
+            f"{staged.rows:,}",
+            staged.staged_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _age(staged.staged_at, now),
+        )
+    return table
+
+
+@app.command()
+def status(
+    target: Target,
+    app_id: Annotated[
+        str | None,
+        typer.Option("--app", "-a", help="The writer's app_id (default: every app found)."),
+    ] = None,
+    staging: StagingOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the committed version and the pending versions of a writer."""
+    with _errors(as_json):
+        apps = [app_id] if app_id else _discover_apps(target)
+        if not apps:
+            raise ConfigurationError(
+                f"no deltasink writer found for {target}; pass --app APP (and --staging if "
+                "the job sets one).",
+                table=target,
+            )
+        now = datetime.now(timezone.utc)
+        statuses = [_sink(target, a, staging).status() for a in apps]
+    if as_json:
+        payload: Any = [s.to_dict(now=now) for s in statuses]
+        out.print_json(json.dumps(payload if app_id is None else payload[0]))
+        return
+    for st in statuses:
+        out.print(_status_table(st, now))
+        if st.pending:
+            out.print(_pending_table(st, now))
+        else:
+            out.print("[dim]nothing pending[/]")
+
+
+def _report_dict(report: CommitReport) -> dict[str, Any]:
+    return {
+        "app_id": report.app_id,
+        "committed_version": report.committed_version,
+        "committed_versions": report.committed_versions,
+        "abandoned_versions": report.abandoned_versions,
+        "cleaned_versions": list(report.cleaned_versions),
+        "results": [
+            {
+                "version": r.version,
+                "outcome": r.outcome,
+                "rows": r.rows,
+                "target_version": r.target_version,
+                "rows_inserted": r.rows_inserted,
+                "rows_updated": r.rows_updated,
+                "rows_deleted": r.rows_deleted,
+                "duration_s": round(r.duration_s, 4),
+                "message": r.message,
+            }
+            for r in report.results
+        ],
+    }
+
+
+def _print_report(report: CommitReport, verb: str) -> None:
+    if not report.results:
+        out.print(f"nothing to {verb}; committed version is {report.committed_version}")
+        return
+    table = Table(title=f"{verb} app {report.app_id}", title_justify="left")
+    for name in ("version", "outcome", "rows", "target ver", "ins", "upd", "del", "secs"):
+        table.add_column(name, justify="right" if name != "outcome" else "left")
+    for r in report.results:
+        table.add_row(
+            str(r.version),
+            r.outcome,
+            f"{r.rows:,}",
+            "" if r.target_version is None else str(r.target_version),
+            *(
+                "" if n is None else f"{n:,}"
+                for n in (r.rows_inserted, r.rows_updated, r.rows_deleted)
+            ),
+            f"{r.duration_s:.3f}",
+        )
+    out.print(table)
+    out.print(f"committed version is now [bold green]{report.committed_version}[/]")
+
+
+@app.command()
+def recover(
+    target: Target, app_id: AppOpt, staging: StagingOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Commit every staged, uncommitted version of a writer, in order."""
+    with _errors(as_json):
+        sink = _sink(target, app_id, staging)
+        pending = sink.status().pending_versions
+        if not as_json and pending:
+            with err.status(f"recovering versions {pending} ..."):
+                report = sink.recover()
+        else:
+            report = sink.recover()
+    if as_json:
+        out.print_json(json.dumps(_report_dict(report)))
+    else:
+        _print_report(report, "recover")
+
+
+@app.command()
+def abort(
+    target: Target,
+    versions: Annotated[list[int], typer.Argument(help="Staged versions to drop.")],
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop staged, uncommitted versions without committing them."""
+    with _errors(as_json):
+        sink = _sink(target, app_id, staging)
+        dropped = {v: sink.abort(v) for v in versions}
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {
+                    "aborted": [v for v, d in dropped.items() if d],
+                    "not_staged": [v for v, d in dropped.items() if not d],
+                }
+            )
+        )
+        return
+    for version, done in dropped.items():
+        out.print(
+            f"version {version}: " + ("aborted" if done else "[dim]not staged, nothing to do[/]")
+        )
+
+
+@app.command()
+def history(
+    target: Target,
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", help="Read at most N recent target commits.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a writer's commits to the target (version → target Delta version)."""
+    with _errors(as_json):
+        entries = _sink(target, app_id, staging).history(limit)
+    if as_json:
+        out.print_json(json.dumps([e.to_dict() for e in entries]))
+        return
+    table = Table(title=f"commits of app {app_id} to {target}", title_justify="left")
+    for name in (
+        "version",
+        "target ver",
+        "committed at (UTC)",
+        "operation",
+        "ins",
+        "upd",
+        "del",
+        "ms",
+    ):
+        table.add_column(
+            name, justify="left" if name in ("operation", "committed at (UTC)") else "right"
+        )
+    for e in entries:
+        table.add_row(
+            str(e.version),
+            str(e.target_version),
+            e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
+            e.operation,
+            *(
+                "" if n is None else f"{n:,}"
+                for n in (e.rows_inserted, e.rows_updated, e.rows_deleted, e.execution_ms)
+            ),
+        )
+    out.print(table)
+
+
+@app.command("version")
+def show_version() -> None:
+    """Print the deltasink version."""
+    from deltasink import __version__
+
+    out.print(__version__)
+
+
+def main() -> None:
+    """Entry point of the ``deltasink`` command."""
+    app(prog_name="deltasink")

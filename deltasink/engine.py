@@ -1,0 +1,60 @@
+"""The embedded engine: an in-process Sail server behind a Spark Connect session."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Any
+
+__all__ = ["embedded_spark", "stop_embedded_spark"]
+
+_lock = threading.Lock()
+_server: Any = None
+
+
+def embedded_spark(*, quiet: bool = True) -> Any:
+    """Return a PySpark ``SparkSession`` on the embedded engine, starting it once.
+
+    The engine is Sail (``pysail``), a Rust engine that speaks Spark Connect, started
+    in this process on a free localhost port (about a second, the first time). Later
+    calls return the same session. It is stopped when the process exits.
+
+    Args:
+        quiet: Keep the engine's own logging at warnings (sets ``RUST_LOG=warn``
+            unless ``RUST_LOG`` is already set).
+
+    Returns:
+        A ``pyspark.sql.connect.session.SparkSession``.
+    """
+    global _server
+    from pyspark.sql import SparkSession
+
+    with _lock:
+        if _server is None or not _server.running:
+            if quiet:
+                os.environ.setdefault("RUST_LOG", "warn")
+            from pysail.spark import SparkConnectServer
+
+            server = SparkConnectServer(ip="127.0.0.1", port=0)
+            server.start(background=True)
+            _server = server
+            atexit.register(stop_embedded_spark)
+        host, port = _server.listening_address
+        return SparkSession.builder.remote(f"sc://{host}:{port}").getOrCreate()
+
+
+def stop_embedded_spark() -> None:
+    """Stop the embedded engine if it runs (its sessions become unusable)."""
+    global _server
+    with _lock:
+        if _server is not None:
+            try:
+                from pyspark.sql import SparkSession
+
+                active = SparkSession.getActiveSession()
+                if active is not None and hasattr(active, "client"):
+                    active.stop()
+            finally:
+                _server.stop()
+                _server = None

@@ -1,0 +1,124 @@
+"""Errors raised by deltasink.
+
+Every error derives from :class:`DeltaSinkError`. The tree is shallow and split by
+what the caller should do next::
+
+    DeltaSinkError
+    ├── InvalidInputError          fix the batch or the call; nothing was written
+    │   ├── InvalidVersionError    negative / not an int / goes backwards
+    │   ├── SchemaMismatchError    batch columns or types do not fit the target
+    │   ├── KeyColumnError         key column missing, or a key value is null
+    │   └── DuplicateKeyError      one key twice in a batch without ``sequence_by``
+    ├── ConfigurationError         fix the sink's configuration or the tables
+    │   ├── NotADeltaTableError    the target path holds something that is not Delta
+    │   └── StagingOwnershipError  the staging table belongs to another target or app
+    └── CommitError                the target was not changed for this version;
+        │                          ``recover()`` finishes the job once the cause is gone
+        └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
+
+Errors carry the context they are about as attributes (``table``, ``app_id``,
+``version``, ``column``) so that callers can branch without parsing messages.
+Messages say what was found, what was expected and the next step.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AlreadyCommittedError",
+    "CommitError",
+    "ConfigurationError",
+    "DeltaSinkError",
+    "DuplicateKeyError",
+    "InvalidInputError",
+    "InvalidVersionError",
+    "KeyColumnError",
+    "NotADeltaTableError",
+    "SchemaMismatchError",
+    "StagingOwnershipError",
+]
+
+
+class DeltaSinkError(Exception):
+    """Root of every error deltasink raises.
+
+    Attributes:
+        table: The Delta table (path or name) the error is about, if any.
+        app_id: The writer's ``app_id``, if known.
+        version: The batch version the error is about, if any.
+        column: The column the error is about, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        app_id: str | None = None,
+        version: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.app_id = app_id
+        self.version = version
+        self.column = column
+
+
+class InvalidInputError(DeltaSinkError):
+    """The batch or the call's arguments are invalid. Nothing was written."""
+
+
+class InvalidVersionError(InvalidInputError):
+    """The version is negative, not an int, or goes backwards."""
+
+
+class SchemaMismatchError(InvalidInputError):
+    """The batch's columns or types are incompatible with the target table."""
+
+
+class KeyColumnError(InvalidInputError):
+    """A key column is missing from the batch, or a key value is null."""
+
+
+class DuplicateKeyError(InvalidInputError):
+    """The same key appears twice in one batch and no ``sequence_by`` orders them."""
+
+
+class ConfigurationError(DeltaSinkError):
+    """The sink's configuration, or the tables it points at, must be fixed first."""
+
+
+class NotADeltaTableError(ConfigurationError):
+    """The target location exists but is not a Delta table."""
+
+
+class StagingOwnershipError(ConfigurationError):
+    """The staging table records another target or app id than this sink's."""
+
+
+class CommitError(DeltaSinkError):
+    """Committing a version failed; the target holds no part of that version.
+
+    Earlier versions of the same call stay committed, the failed version and every
+    later one stay staged, and ``recover()`` finishes the job once the cause is gone.
+
+    Attributes:
+        report: The :class:`~deltasink.CommitReport` of what the call did commit
+            before the failure (may be ``None`` when nothing ran).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        report: object | None = None,
+        table: str | None = None,
+        app_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table, app_id=app_id, version=version)
+        self.report = report
+
+
+class AlreadyCommittedError(CommitError):
+    """The version is already committed to the target and can no longer be changed."""

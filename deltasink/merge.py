@@ -1,0 +1,140 @@
+"""``MergeSpec`` compiled to one engine-neutral plan, rendered for each engine.
+
+The plan is the single source of truth for what a commit does to the target. It is
+rendered to a delta-rs ``TableMerger`` (embedded backend) and to Spark SQL
+``MERGE INTO`` (Spark backend). Conditions are written in the SQL both engines parse:
+backtick-quoted identifiers, ``s``/``t`` aliases, ``AND``/``OR``/``NOT``/``IS NULL``.
+
+For ``upsert`` the clauses are, in order (first matching clause wins)::
+
+    WHEN MATCHED AND s.delete [AND newer] THEN DELETE
+    WHEN MATCHED [AND NOT s.delete] [AND newer] THEN UPDATE SET <columns>
+    WHEN NOT MATCHED [AND NOT s.delete] THEN INSERT <columns>
+
+where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set.
+``insert`` has only the last clause; ``append`` is not a MERGE at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from deltasink.batch import DELETE_COLUMN, quote
+from deltasink.spec import MergeSpec
+
+__all__ = ["Clause", "MergePlan", "compile_merge"]
+
+SOURCE, TARGET = "s", "t"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One ``WHEN`` clause of a MERGE."""
+
+    when: Literal["matched", "not_matched"]
+    action: Literal["update", "delete", "insert"]
+    condition: str | None = None
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """An engine-neutral MERGE: join condition, clauses and the columns written.
+
+    Attributes:
+        on: The join condition between target ``t`` and source ``s``.
+        clauses: ``WHEN`` clauses, in evaluation order.
+        insert_columns: Columns written by ``INSERT``.
+        update_columns: Columns written by ``UPDATE SET`` (the non-key columns).
+    """
+
+    on: str
+    clauses: tuple[Clause, ...]
+    insert_columns: tuple[str, ...]
+    update_columns: tuple[str, ...]
+
+    def assignments(self, columns: Sequence[str]) -> dict[str, str]:
+        """``{quoted target column: source expression}`` for ``columns``."""
+        return {quote(c): f"{SOURCE}.{quote(c)}" for c in columns}
+
+    def apply_to(self, merger: Any) -> Any:
+        """Add the clauses to a delta-rs ``TableMerger`` and return it."""
+        for clause in self.clauses:
+            if clause.action == "delete":
+                merger = merger.when_matched_delete(predicate=clause.condition)
+            elif clause.action == "update":
+                if not self.update_columns:
+                    continue
+                merger = merger.when_matched_update(
+                    updates=self.assignments(self.update_columns), predicate=clause.condition
+                )
+            else:
+                merger = merger.when_not_matched_insert(
+                    updates=self.assignments(self.insert_columns), predicate=clause.condition
+                )
+        return merger
+
+    def to_sql(self, target: str, source: str) -> str:
+        """Render as Spark SQL ``MERGE INTO target AS t USING source AS s ...``.
+
+        Args:
+            target: A table reference, e.g. ``delta.`/path``` or ``cat.db.tbl``.
+            source: A table or view reference holding the staged rows.
+        """
+        lines = [f"MERGE INTO {target} AS {TARGET}", f"USING {source} AS {SOURCE}", f"ON {self.on}"]
+        for clause in self.clauses:
+            head = "WHEN MATCHED" if clause.when == "matched" else "WHEN NOT MATCHED"
+            if clause.condition:
+                head += f" AND ({clause.condition})"
+            if clause.action == "delete":
+                lines.append(f"{head} THEN DELETE")
+            elif clause.action == "update":
+                if not self.update_columns:
+                    continue
+                sets = ", ".join(
+                    f"{TARGET}.{k} = {v}" for k, v in self.assignments(self.update_columns).items()
+                )
+                lines.append(f"{head} THEN UPDATE SET {sets}")
+            else:
+                cols = ", ".join(quote(c) for c in self.insert_columns)
+                vals = ", ".join(f"{SOURCE}.{quote(c)}" for c in self.insert_columns)
+                lines.append(f"{head} THEN INSERT ({cols}) VALUES ({vals})")
+        return "\n".join(lines)
+
+
+def _and(*parts: str | None) -> str | None:
+    present = [p for p in parts if p]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    return " AND ".join(f"({p})" for p in present)
+
+
+def compile_merge(spec: MergeSpec, columns: Sequence[str], *, has_delete: bool) -> MergePlan:
+    """Compile ``spec`` for a staged batch with ``columns``.
+
+    Args:
+        spec: An ``upsert`` or ``insert`` spec.
+        columns: The batch's data columns (without deltasink's system columns).
+        has_delete: Whether the staged batch carries the delete flag column.
+    """
+    if spec.mode == "append":
+        raise ValueError("append is not a MERGE; write the rows instead")
+    on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+    data_columns = tuple(c for c in columns if c != DELETE_COLUMN)
+    updates = tuple(c for c in data_columns if c not in spec.keys)
+    is_delete = f"{SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
+    not_delete = f"NOT {SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
+    newer = None
+    if spec.sequence_by:
+        seq = quote(spec.sequence_by)
+        newer = f"{TARGET}.{seq} IS NULL OR {SOURCE}.{seq} >= {TARGET}.{seq}"
+    clauses: list[Clause] = []
+    if spec.mode == "upsert":
+        if is_delete:
+            clauses.append(Clause("matched", "delete", _and(is_delete, newer)))
+        clauses.append(Clause("matched", "update", _and(not_delete, newer)))
+    clauses.append(Clause("not_matched", "insert", not_delete if spec.mode == "upsert" else None))
+    return MergePlan(on, tuple(clauses), data_columns, updates)

@@ -1,0 +1,497 @@
+"""The engine-free two-phase-commit core (Flink's ``TwoPhaseCommitSinkFunction``).
+
+The core knows nothing about Spark, Arrow or Delta. It drives a :class:`Participant`
+(the *backend port*): something that can report the durable state of one writer
+(``read_state``), durably stage a batch (``stage``), publish one staged version into
+the target together with its idempotency marker (``publish``), and drop staged data
+(``discard``). The core adds the rules that make the whole exactly-once:
+
+* versions are ints ≥ 0, strictly increasing per ``app_id``; a repeated version is a
+  no-op (Kafka's idempotent producer), a version lower than a pending one is refused;
+* ``commit(n)`` publishes **every** pending version ≤ n in ascending order
+  (subsumption of skipped notifications) and stops at the first failure, so version
+  ``k + 1`` is never published before version ``k``;
+* ``recover()`` publishes everything that is staged and not yet committed;
+* the transaction timeout, the warning ratio and ``ignore_failures_after_timeout``
+  behave as Flink's, measured on the age of a staged version with an injectable clock.
+
+All state lives in the participant; a :class:`TwoPhaseCommit` may be thrown away and
+re-created at any moment (that is what a crash does).
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Generic, Literal, Protocol, TypeVar
+
+from deltasink import _faults
+from deltasink.errors import (
+    AlreadyCommittedError,
+    CommitError,
+    ConfigurationError,
+    InvalidVersionError,
+)
+
+__all__ = [
+    "CommitReport",
+    "CommitResult",
+    "Committable",
+    "LogState",
+    "Participant",
+    "StagedVersion",
+    "Timeouts",
+    "TwoPhaseCommit",
+    "check_version",
+]
+
+logger = logging.getLogger("deltasink")
+
+#: Largest version Delta's ``txnVersion`` (a signed 64-bit long) can hold.
+MAX_VERSION = 2**63 - 1
+
+B = TypeVar("B", contravariant=True)
+DiscardReason = Literal["committed", "aborted", "abandoned"]
+
+
+@dataclass(frozen=True)
+class StagedVersion:
+    """One pre-committed version as recorded by the participant.
+
+    Attributes:
+        version: The batch version (Delta ``txnVersion``).
+        rows: Number of staged rows.
+        staged_at: When the version was staged (timezone-aware, UTC).
+    """
+
+    version: int
+    rows: int
+    staged_at: datetime
+
+
+@dataclass(frozen=True)
+class LogState:
+    """The durable state of one writer, as derived from the participant's logs.
+
+    Attributes:
+        committed_version: The target's committed version for the app, or ``None``.
+        staged: Every version still present in staging, ascending. Versions ≤
+            ``committed_version`` are committed but not yet cleaned up.
+    """
+
+    committed_version: int | None
+    staged: tuple[StagedVersion, ...] = ()
+
+    @property
+    def pending(self) -> tuple[StagedVersion, ...]:
+        """Staged versions greater than the committed one, ascending."""
+        return tuple(s for s in self.staged if not self.is_committed(s.version))
+
+    @property
+    def leftovers(self) -> tuple[StagedVersion, ...]:
+        """Staged versions that are already committed (their staging data is garbage)."""
+        return tuple(s for s in self.staged if self.is_committed(s.version))
+
+    def is_committed(self, version: int) -> bool:
+        """Whether the target's marker covers ``version``."""
+        return self.committed_version is not None and version <= self.committed_version
+
+    def find(self, version: int) -> StagedVersion | None:
+        """The staged entry for ``version``, if any."""
+        return next((s for s in self.staged if s.version == version), None)
+
+
+Outcome = Literal["committed", "already_committed", "abandoned"]
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What happened to one version during ``commit`` or ``recover``.
+
+    These are values the caller can branch on (Flink's ``CommitRequest`` signals):
+    ``committed`` (applied now), ``already_committed`` (a replay; nothing changed),
+    ``abandoned`` (given up after the transaction timeout; its rows were not applied).
+
+    Attributes:
+        version: The batch version.
+        outcome: See above.
+        rows: Rows the staged version held.
+        target_version: The target's Delta table version holding the commit, if known.
+        rows_inserted: Target rows inserted, when the engine reports it.
+        rows_updated: Target rows updated, when the engine reports it.
+        rows_deleted: Target rows deleted, when the engine reports it.
+        duration_s: Wall time of the publish step, in seconds.
+        message: Why a version was abandoned, or other detail.
+    """
+
+    version: int
+    outcome: Outcome
+    rows: int = 0
+    target_version: int | None = None
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
+    duration_s: float = 0.0
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class CommitReport:
+    """The result of one ``commit(n)`` or ``recover()`` call.
+
+    Attributes:
+        app_id: The writer.
+        results: One entry per version handled, in the order handled.
+        committed_version: The target's committed version after the call.
+        cleaned_versions: Committed versions whose staging data was removed.
+    """
+
+    app_id: str
+    results: tuple[CommitResult, ...] = ()
+    committed_version: int | None = None
+    cleaned_versions: tuple[int, ...] = ()
+
+    @property
+    def committed_versions(self) -> list[int]:
+        """Versions applied to the target by this call."""
+        return [r.version for r in self.results if r.outcome == "committed"]
+
+    @property
+    def abandoned_versions(self) -> list[int]:
+        """Versions given up after the transaction timeout."""
+        return [r.version for r in self.results if r.outcome == "abandoned"]
+
+
+CommittableState = Literal["staged", "duplicate", "already_committed"]
+
+
+@dataclass(frozen=True)
+class Committable:
+    """The handle ``pre_commit`` returns: a durably staged version (Flink's committable).
+
+    Attributes:
+        app_id: The writer.
+        version: The staged version.
+        rows: Rows staged for it (0 when nothing was staged now).
+        staged_at: When it was staged, or ``None`` when nothing is staged.
+        state: ``"staged"`` (staged by this call), ``"duplicate"`` (it was already
+            staged: nothing written), ``"already_committed"`` (it is already in the
+            target: nothing written).
+    """
+
+    app_id: str
+    version: int
+    rows: int
+    staged_at: datetime | None
+    state: CommittableState
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeouts:
+    """Flink's transaction-timeout settings, applied to the age of a staged version.
+
+    Args:
+        transaction_timeout: Age after which a pending version counts as timed out.
+        ignore_failures_after_timeout: During ``recover()``, a version that fails to
+            commit and is older than the timeout is abandoned (a warning is logged, its
+            staged rows are dropped and never reach the target) instead of failing
+            the call. This trades the version's data for progress: opt in knowingly.
+        warning_ratio: Log a warning for a pending version older than
+            ``transaction_timeout * warning_ratio`` (0 < ratio ≤ 1).
+    """
+
+    transaction_timeout: timedelta | float | None = None
+    ignore_failures_after_timeout: bool = False
+    warning_ratio: float | None = None
+
+    def __post_init__(self) -> None:
+        timeout = self.transaction_timeout
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, timedelta | int | float):
+                raise ConfigurationError(
+                    f"transaction_timeout must be a timedelta or seconds, got {timeout!r}."
+                )
+            if self.timeout_s is None or self.timeout_s <= 0:
+                raise ConfigurationError(f"transaction_timeout must be positive, got {timeout!r}.")
+        if self.ignore_failures_after_timeout and timeout is None:
+            raise ConfigurationError(
+                "ignore_failures_after_timeout=True needs transaction_timeout to be set."
+            )
+        if self.warning_ratio is not None:
+            if timeout is None:
+                raise ConfigurationError("warning_ratio needs transaction_timeout to be set.")
+            if not 0 < self.warning_ratio <= 1:
+                raise ConfigurationError(
+                    f"warning_ratio must be in (0, 1], got {self.warning_ratio!r}."
+                )
+
+    @property
+    def timeout_s(self) -> float | None:
+        """The transaction timeout in seconds, or ``None``."""
+        timeout = self.transaction_timeout
+        if timeout is None:
+            return None
+        return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+
+class Participant(Protocol[B]):
+    """The backend port: the durable side of the two-phase commit for one writer.
+
+    Implementations hold no state that matters across a crash: everything is read
+    back from storage by :meth:`read_state`.
+    """
+
+    def read_state(self) -> LogState:
+        """Read the committed version and the staged versions from durable storage."""
+        ...
+
+    def stage(self, batch: B, version: int) -> StagedVersion:
+        """Validate ``batch`` and durably stage it as ``version``, atomically.
+
+        Called only for a version that is neither staged nor committed. Must raise an
+        :class:`~deltasink.errors.InvalidInputError` *before writing anything* when the
+        batch is invalid. A failure leaves nothing staged (orphan files may remain for
+        retention to clean up).
+        """
+        ...
+
+    def publish(self, staged: StagedVersion) -> CommitResult:
+        """Apply one staged version to the target together with its marker.
+
+        The data change and the ``(app_id, version)`` marker must land in one atomic
+        commit. Must be idempotent: when the target's marker already covers the
+        version, change nothing and return outcome ``already_committed``. A failure
+        leaves the target without any part of the version.
+        """
+        ...
+
+    def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
+        """Remove the staged data of ``versions`` (already absent ones are ignored)."""
+        ...
+
+
+def check_version(version: object, *, what: str = "version") -> int:
+    """Return ``version`` as an int, or raise :class:`InvalidVersionError`.
+
+    Args:
+        version: The candidate; ints (and integral numbers such as NumPy ints) are
+            accepted, bools and everything else are not.
+        what: The argument's name, for the message.
+
+    Raises:
+        InvalidVersionError: Not an integer, negative, or beyond a Delta ``long``.
+    """
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        raise InvalidVersionError(
+            f"{what} must be an int ≥ 0 (a foreachBatch batch_id, a run number or a "
+            f"yyyymmdd date), got {version!r} of type {type(version).__name__}."
+        )
+    value = int(version)
+    if not 0 <= value <= MAX_VERSION:
+        raise InvalidVersionError(
+            f"{what} must be between 0 and {MAX_VERSION}, got {value}.", version=value
+        )
+    return value
+
+
+@dataclass
+class TwoPhaseCommit(Generic[B]):
+    """Flink's two-phase-commit rules over a :class:`Participant`.
+
+    Args:
+        participant: The backend port.
+        app_id: The writer's identity (for messages and reports).
+        timeouts: Transaction-timeout settings.
+        clock: Seconds since the epoch, like :func:`time.time`; injectable for tests.
+    """
+
+    participant: Participant[B]
+    app_id: str
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    clock: Callable[[], float] = time.time
+
+    def state(self) -> LogState:
+        """The writer's durable state (one read of the participant's logs)."""
+        return self.participant.read_state()
+
+    def pre_commit(self, batch: B, version: object) -> Committable:
+        """Phase one: durably stage ``batch`` as ``version``.
+
+        Idempotent: a version that is already staged, or already committed, stages
+        nothing and returns a :class:`Committable` saying so. Safe to call again after a
+        crash. Acknowledge source progress only after this returns.
+
+        Raises:
+            InvalidVersionError: ``version`` is invalid or lower than a pending version.
+            InvalidInputError: The batch is invalid (raised by the participant before
+                anything is written).
+        """
+        v = check_version(version)
+        state = self.participant.read_state()
+        if state.is_committed(v):
+            return Committable(self.app_id, v, 0, None, "already_committed")
+        existing = state.find(v)
+        if existing is not None:
+            return Committable(self.app_id, v, existing.rows, existing.staged_at, "duplicate")
+        pending = state.pending
+        if pending and v < pending[-1].version:
+            raise InvalidVersionError(
+                f"version {v} goes backwards: app {self.app_id!r} already staged version "
+                f"{pending[-1].version}. Versions must increase; abort the newer versions "
+                f"first if {v} really must be staged again.",
+                app_id=self.app_id,
+                version=v,
+            )
+        staged = self.participant.stage(batch, v)
+        return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
+
+    def commit(self, up_to: object) -> CommitReport:
+        """Phase two: publish every pending version ≤ ``up_to``, in ascending order.
+
+        A no-op when nothing is pending up to ``up_to``. Replaying a commit changes
+        nothing (the participant's marker check). Afterwards the staging data of every
+        committed version is removed.
+
+        Raises:
+            CommitError: Publishing a version failed. Versions before it stay committed;
+                it and every later version stay pending. ``error.report`` tells what
+                was committed.
+        """
+        limit = check_version(up_to, what="up_to")
+        return self._run(limit, recovering=False)
+
+    def recover(self) -> CommitReport:
+        """Publish every staged, uncommitted version (Flink's ``recoverAndCommit``).
+
+        Safe to run at any time and any number of times. With
+        ``ignore_failures_after_timeout``, a version that fails and is older than the
+        transaction timeout is abandoned and recovery goes on.
+
+        Raises:
+            CommitError: As for :meth:`commit`.
+        """
+        return self._run(None, recovering=True)
+
+    def abort(self, version: object) -> bool:
+        """Drop the staged data of ``version`` without committing it.
+
+        Returns:
+            ``True`` if the version was staged and is now dropped, ``False`` if it was
+            not staged (abort is idempotent).
+
+        Raises:
+            AlreadyCommittedError: The version is already committed to the target.
+        """
+        v = check_version(version)
+        state = self.participant.read_state()
+        if state.is_committed(v):
+            raise AlreadyCommittedError(
+                f"version {v} of app {self.app_id!r} is already committed to the target "
+                f"(committed version {state.committed_version}); abort only drops staged, "
+                "uncommitted versions.",
+                app_id=self.app_id,
+                version=v,
+            )
+        if state.find(v) is None:
+            return False
+        self.participant.discard([v], reason="aborted")
+        logger.info("aborted version %s of app %r", v, self.app_id)
+        return True
+
+    # -- internals ---------------------------------------------------------------
+
+    def _run(self, limit: int | None, *, recovering: bool) -> CommitReport:
+        state = self.participant.read_state()
+        self._warn_if_old(state.pending)
+        todo = [s for s in state.pending if limit is None or s.version <= limit]
+        results: list[CommitResult] = []
+        committed = state.committed_version
+        for staged in todo:
+            _faults.point("commit.before_publish")
+            try:
+                result = self.participant.publish(staged)
+            except Exception as exc:
+                if (
+                    recovering
+                    and self._timed_out(staged)
+                    and self.timeouts.ignore_failures_after_timeout
+                ):
+                    results.append(self._abandon(staged, exc))
+                    continue
+                report = CommitReport(self.app_id, tuple(results), committed)
+                raise CommitError(
+                    f"committing version {staged.version} of app {self.app_id!r} failed: "
+                    f"{exc}. Committed before it: {report.committed_versions or 'none'}; "
+                    f"version {staged.version} and later stay staged. Fix the cause and "
+                    "run recover() (or `deltasink recover`).",
+                    report=report,
+                    app_id=self.app_id,
+                    version=staged.version,
+                ) from exc
+            results.append(result)
+            committed = staged.version
+            _faults.point("commit.after_publish")
+        cleaned = self._clean(state, committed)
+        return CommitReport(self.app_id, tuple(results), committed, cleaned)
+
+    def _clean(self, state: LogState, committed: int | None) -> tuple[int, ...]:
+        """Post-commit clean-up; a failure here is logged, never raised (the next
+        commit or recover retries it)."""
+        if committed is None:
+            return ()
+        garbage = tuple(s.version for s in state.staged if s.version <= committed)
+        if not garbage:
+            return ()
+        try:
+            self.participant.discard(garbage, reason="committed")
+        except Exception as exc:
+            logger.warning(
+                "app %r: removing the staging data of committed versions %s failed (%s); "
+                "it is retried by the next commit or recover",
+                self.app_id,
+                list(garbage),
+                exc,
+            )
+            return ()
+        return garbage
+
+    def _age(self, staged: StagedVersion) -> float:
+        return self.clock() - staged.staged_at.timestamp()
+
+    def _timed_out(self, staged: StagedVersion) -> bool:
+        timeout = self.timeouts.timeout_s
+        return timeout is not None and self._age(staged) > timeout
+
+    def _warn_if_old(self, pending: Sequence[StagedVersion]) -> None:
+        timeout, ratio = self.timeouts.timeout_s, self.timeouts.warning_ratio
+        if timeout is None or ratio is None:
+            return
+        threshold = timeout * ratio
+        for staged in pending:
+            age = self._age(staged)
+            if age > threshold:
+                logger.warning(
+                    "app %r: version %s has been pending for %.1f s, %.0f%% of the "
+                    "transaction timeout (%.1f s); commit or recover it soon",
+                    self.app_id,
+                    staged.version,
+                    age,
+                    100 * age / timeout,
+                    timeout,
+                )
+
+    def _abandon(self, staged: StagedVersion, exc: Exception) -> CommitResult:
+        age = self._age(staged)
+        message = (
+            f"version {staged.version} of app {self.app_id!r} failed to commit ({exc}) and is "
+            f"{age:.1f} s old, past the transaction timeout; ignore_failures_after_timeout "
+            f"is set, so it is abandoned: its {staged.rows} staged rows are dropped and "
+            "never reach the target"
+        )
+        logger.warning(message)
+        self.participant.discard([staged.version], reason="abandoned")
+        return CommitResult(staged.version, "abandoned", rows=staged.rows, message=message)

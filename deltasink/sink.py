@@ -1,0 +1,351 @@
+"""``DeltaSink``: the public facade."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from deltasink.backends.embedded import EmbeddedBackend
+from deltasink.deltalog import normalize_uri
+from deltasink.errors import ConfigurationError
+from deltasink.protocol import (
+    CommitReport,
+    Committable,
+    StagedVersion,
+    Timeouts,
+    TwoPhaseCommit,
+)
+from deltasink.spec import MergeSpec
+from deltasink.staging import StagingTable
+from deltasink.target import TargetTable
+
+__all__ = ["DeltaSink", "HistoryEntry", "SinkStatus", "default_staging"]
+
+_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+STAGING_SUFFIX = "_deltasink_staging"
+
+
+def default_staging(target: str, app_id: str) -> str:
+    """The default staging location: ``<target>_deltasink_staging/<app_id>``.
+
+    A sibling of the target, so the target's directory holds only the target, and
+    one staging table per writer.
+    """
+    return f"{normalize_uri(target)}{STAGING_SUFFIX}/{app_id}"
+
+
+@dataclass(frozen=True)
+class SinkStatus:
+    """What one writer has staged and committed, read from the two Delta logs.
+
+    Attributes:
+        target: The target table location.
+        staging: The staging table location.
+        app_id: The writer.
+        engine: The backend doing the Delta writes.
+        committed_version: The target's committed ``txn`` version, or ``None``.
+        pending_versions: Staged, uncommitted versions, ascending.
+        pending: The same, with rows and staging time.
+        leftover_versions: Committed versions whose staging data is not yet removed.
+        target_exists: Whether the target table exists yet.
+        merge: The MergeSpec recorded in the staging table, if any.
+    """
+
+    target: str
+    staging: str
+    app_id: str
+    engine: str
+    committed_version: int | None
+    pending_versions: list[int]
+    pending: tuple[StagedVersion, ...] = ()
+    leftover_versions: list[int] = field(default_factory=list)
+    target_exists: bool = False
+    merge: MergeSpec | None = None
+
+    def to_dict(self, *, now: datetime | None = None) -> dict[str, Any]:
+        """A JSON-ready dict (the CLI's ``--json`` output)."""
+        now = now or datetime.now(timezone.utc)
+        return {
+            "target": self.target,
+            "staging": self.staging,
+            "app_id": self.app_id,
+            "engine": self.engine,
+            "target_exists": self.target_exists,
+            "committed_version": self.committed_version,
+            "pending_versions": self.pending_versions,
+            "pending": [
+                {
+                    "version": s.version,
+                    "rows": s.rows,
+                    "staged_at": s.staged_at.isoformat(),
+                    "age_s": round((now - s.staged_at).total_seconds(), 3),
+                }
+                for s in self.pending
+            ],
+            "leftover_versions": self.leftover_versions,
+            "merge": None if self.merge is None else json_spec(self.merge),
+        }
+
+
+def json_spec(spec: MergeSpec) -> dict[str, Any]:
+    """A MergeSpec as a plain dict."""
+    import json
+
+    data: dict[str, Any] = json.loads(spec.to_json())
+    return data
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One target commit made by this writer (from the target's Delta history).
+
+    Attributes:
+        version: The batch version committed.
+        target_version: The target's Delta table version of that commit.
+        timestamp: When the commit was made (UTC).
+        operation: The Delta operation (``MERGE``, ``WRITE``, ...).
+        rows_inserted: Target rows inserted, when recorded.
+        rows_updated: Target rows updated, when recorded.
+        rows_deleted: Target rows deleted, when recorded.
+        execution_ms: The engine's reported execution time, when recorded.
+    """
+
+    version: int
+    target_version: int
+    timestamp: datetime
+    operation: str
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
+    execution_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "version": self.version,
+            "target_version": self.target_version,
+            "timestamp": self.timestamp.isoformat(),
+            "operation": self.operation,
+            "rows_inserted": self.rows_inserted,
+            "rows_updated": self.rows_updated,
+            "rows_deleted": self.rows_deleted,
+            "execution_ms": self.execution_ms,
+        }
+
+
+class DeltaSink:
+    """Exactly-once, idempotent writes of batches into one Delta table.
+
+    Each batch has a ``version``: an int ≥ 0 that increases per ``app_id`` (the
+    foreachBatch ``batch_id``, a run number, or a date as ``yyyymmdd``). Phase one,
+    :meth:`pre_commit`, durably stages the batch in the staging table (one Delta commit
+    tagged ``txn(app_id, version)``); phase two, :meth:`commit`, MERGEs every staged
+    version up to a number into the target, each in one Delta commit that also carries
+    the ``txn(app_id, version)`` marker, so replaying it is a no-op. :meth:`recover`
+    finishes whatever a crash left staged. The two Delta logs are the only state: a
+    sink object can be dropped and re-created at any point.
+
+    Args:
+        target: Location of the target Delta table (created on the first commit if
+            absent).
+        app_id: This writer's identity, the Delta ``txnAppId``; letters, digits, ``.``,
+            ``_`` and ``-``. Keep it stable across restarts of the same job.
+        merge: How rows are applied (:class:`MergeSpec`). ``None`` uses the spec
+            recorded in the staging table (what the CLI does).
+        staging: Location of the staging table. Default:
+            ``<target>_deltasink_staging/<app_id>``.
+        transaction_timeout: Age (timedelta or seconds) after which a staged version
+            counts as timed out.
+        ignore_failures_after_timeout: In :meth:`recover`, abandon (drop, with a
+            warning) a version that fails to commit and is older than the timeout,
+            instead of raising. Its rows never reach the target.
+        timeout_warning_ratio: Warn when a pending version is older than
+            ``transaction_timeout * ratio``.
+        storage_options: delta-rs storage options for object stores.
+        clock: Seconds since the epoch (default :func:`time.time`); for tests.
+
+    Raises:
+        ConfigurationError: Invalid arguments.
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str],
+        app_id: str,
+        merge: MergeSpec | None = None,
+        staging: str | None = None,
+        *,
+        transaction_timeout: timedelta | float | None = None,
+        ignore_failures_after_timeout: bool = False,
+        timeout_warning_ratio: float | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(target, str | os.PathLike):
+            raise ConfigurationError(f"target must be a path or URI string, got {target!r}.")
+        if not isinstance(app_id, str) or not _APP_ID.match(app_id):
+            raise ConfigurationError(
+                f"app_id must be 1-200 characters of letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit; got {app_id!r}.",
+                app_id=app_id if isinstance(app_id, str) else None,
+            )
+        if merge is not None and not isinstance(merge, MergeSpec):
+            raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
+        self.target = normalize_uri(target)
+        self.app_id = app_id
+        self.staging = normalize_uri(staging) if staging else default_staging(self.target, app_id)
+        if self.staging == self.target:
+            raise ConfigurationError(
+                "staging must be a different location than target.", table=self.target
+            )
+        timeouts = Timeouts(
+            transaction_timeout=transaction_timeout,
+            ignore_failures_after_timeout=ignore_failures_after_timeout,
+            warning_ratio=timeout_warning_ratio,
+        )
+        self._target = TargetTable(self.target, storage_options=storage_options)
+        self._staging = StagingTable(
+            self.staging, target=self.target, app_id=app_id, storage_options=storage_options
+        )
+        self._backend = EmbeddedBackend(
+            target=self._target, staging=self._staging, app_id=app_id, spec=merge
+        )
+        self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
+            self._backend, app_id=app_id, timeouts=timeouts, clock=clock
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"DeltaSink(target={self.target!r}, app_id={self.app_id!r}, staging={self.staging!r})"
+        )
+
+    @property
+    def engine(self) -> str:
+        """The backend doing the Delta writes."""
+        return self._backend.name
+
+    def pre_commit(self, df: object, version: int) -> Committable:
+        """Phase one: durably stage ``df`` as ``version``.
+
+        Validates the batch first (a named :class:`~deltasink.errors.InvalidInputError`
+        before anything is written), then appends it to the staging table in one Delta
+        commit. Idempotent: a version already staged or committed stages nothing (see
+        :attr:`Committable.state`). Acknowledge source progress only after it returns.
+
+        Args:
+            df: A PySpark DataFrame (classic or Connect) or a ``pyarrow.Table``.
+            version: The batch version.
+
+        Raises:
+            InvalidVersionError: Invalid version, or lower than a pending one.
+            InvalidInputError: The batch does not fit (schema, keys, duplicates).
+            ConfigurationError: Staging or target is unusable.
+        """
+        return self._core.pre_commit(df, version)
+
+    def commit(self, version: int) -> CommitReport:
+        """Phase two: commit every staged version ≤ ``version``, in ascending order.
+
+        Each version becomes one target commit carrying ``txn(app_id, version)``. A
+        no-op for versions already committed. Staging data of committed versions is
+        removed afterwards.
+
+        Raises:
+            CommitError: A version failed; earlier ones stay committed, it and later
+                ones stay staged for :meth:`recover`.
+        """
+        return self._core.commit(version)
+
+    def write(self, df: object, version: int) -> CommitReport:
+        """Both phases for one batch: ``pre_commit(df, version)`` then ``commit(version)``.
+
+        Safe to repeat with the same version after a crash (it changes nothing twice).
+        """
+        self._core.pre_commit(df, version)
+        return self._core.commit(version)
+
+    def foreach_batch(self, df: object, batch_id: int) -> None:
+        """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
+
+        A micro-batch that Spark replays after a restart has the same ``batch_id`` and
+        is therefore applied once.
+        """
+        self.write(df, batch_id)
+
+    def abort(self, version: int) -> bool:
+        """Drop staged, uncommitted ``version``; ``False`` if it was not staged.
+
+        Raises:
+            AlreadyCommittedError: The version is already committed.
+        """
+        return self._core.abort(version)
+
+    def recover(self) -> CommitReport:
+        """Commit every staged, uncommitted version, in order (run at start-up).
+
+        Safe at any time, any number of times. Also removes leftover staging data of
+        committed versions.
+
+        Raises:
+            CommitError: As for :meth:`commit`.
+        """
+        return self._core.recover()
+
+    def status(self) -> SinkStatus:
+        """The committed version and the pending versions, from the Delta logs."""
+        state = self._core.state()
+        return SinkStatus(
+            target=self.target,
+            staging=self.staging,
+            app_id=self.app_id,
+            engine=self.engine,
+            committed_version=state.committed_version,
+            pending_versions=[s.version for s in state.pending],
+            pending=state.pending,
+            leftover_versions=[s.version for s in state.leftovers],
+            target_exists=self._target.open() is not None,
+            merge=self._staging.recorded_spec(),
+        )
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """This writer's commits to the target, newest first, from the Delta history.
+
+        Args:
+            limit: Look at most at this many of the target's most recent commits.
+        """
+        table = self._target.open()
+        if table is None:
+            return []
+        entries = []
+        for commit in table.history(limit):
+            if (
+                commit.get("deltasink.appId") != self.app_id
+                or "deltasink.batchVersion" not in commit
+            ):
+                continue
+            metrics = commit.get("operationMetrics") or {}
+            entries.append(
+                HistoryEntry(
+                    version=int(commit["deltasink.batchVersion"]),
+                    target_version=int(commit["version"]),
+                    timestamp=datetime.fromtimestamp(commit["timestamp"] / 1000, timezone.utc),
+                    operation=str(commit.get("operation")),
+                    rows_inserted=_int(metrics, "num_target_rows_inserted", "num_added_rows"),
+                    rows_updated=_int(metrics, "num_target_rows_updated"),
+                    rows_deleted=_int(metrics, "num_target_rows_deleted"),
+                    execution_ms=_int(metrics, "execution_time_ms"),
+                )
+            )
+        return entries
+
+
+def _int(metrics: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        if metrics.get(name) is not None:
+            return int(metrics[name])
+    return None

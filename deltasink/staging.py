@@ -1,0 +1,267 @@
+"""The staging table: where pre-committed versions wait, one Delta commit each.
+
+Layout: a Delta table partitioned by ``_deltasink_version``. Staging version ``v``
+writes its rows (possibly zero) to one Parquet file in partition ``v`` and commits it
+in ONE Delta commit carrying ``txn(app_id, v)`` and commit metadata. The set of
+staged versions is therefore the set of partitions in the current snapshot: it is
+read from the Delta log alone, checkpoints included, with no extra file of ours.
+
+The table records whom it belongs to in its properties (``deltasink.target``,
+``deltasink.appId``) and the :class:`~deltasink.MergeSpec` its versions were staged
+with (``deltasink.mergeSpec``), so that an operator can recover without the job's code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, Field
+from deltalake.fs import DeltaStorageHandler
+from deltalake.schema import Schema as DeltaSchema
+from deltalake.transaction import AddAction
+
+from deltasink import _faults
+from deltasink.deltalog import arrow_schema, commit_properties, open_table
+from deltasink.errors import StagingOwnershipError
+from deltasink.protocol import DiscardReason, StagedVersion
+from deltasink.spec import MergeSpec
+
+__all__ = ["VERSION_COLUMN", "StagingTable"]
+
+logger = logging.getLogger("deltasink")
+
+VERSION_COLUMN = "_deltasink_version"
+FORMAT = "1"
+PROP_TARGET = "deltasink.target"
+PROP_APP = "deltasink.appId"
+PROP_FORMAT = "deltasink.format"
+PROP_SPEC = "deltasink.mergeSpec"
+
+
+class StagingTable:
+    """The staging Delta table of one ``(target, app_id)``, written with delta-rs.
+
+    Args:
+        uri: Location of the staging table.
+        target: Normalised location of the target it belongs to.
+        app_id: The writer it belongs to.
+        storage_options: delta-rs storage options (object-store credentials).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        target: str,
+        app_id: str,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.uri = uri
+        self.target = target
+        self.app_id = app_id
+        self._options = dict(storage_options or {})
+        self._table: DeltaTable | None = None
+        self._fs: pafs.FileSystem | None = None
+
+    # -- reading -----------------------------------------------------------------
+
+    def open(self) -> DeltaTable | None:
+        """The staging table at its latest version, or ``None`` if not created yet.
+
+        Raises:
+            StagingOwnershipError: The table belongs to another target or app.
+        """
+        if self._table is None:
+            table = open_table(self.uri, self._options)
+            if table is None:
+                return None
+            self._check_owner(table)
+            self._table = table
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def _check_owner(self, table: DeltaTable) -> None:
+        config = table.metadata().configuration
+        target, app = config.get(PROP_TARGET), config.get(PROP_APP)
+        if target is None or app is None:
+            raise StagingOwnershipError(
+                f"{self.uri} is a Delta table that deltasink did not create (no "
+                f"{PROP_TARGET}/{PROP_APP} properties); refusing to use it as staging. "
+                "Choose another staging location.",
+                table=self.uri,
+                app_id=self.app_id,
+            )
+        if target != self.target or app != self.app_id:
+            raise StagingOwnershipError(
+                f"staging table {self.uri} belongs to target {target!r} and app {app!r}, "
+                f"not to target {self.target!r} and app {self.app_id!r}. Each (target, "
+                "app_id) needs its own staging table: pass another staging= location.",
+                table=self.uri,
+                app_id=self.app_id,
+            )
+
+    def versions(self) -> tuple[StagedVersion, ...]:
+        """Every staged version, ascending, with its row count and staging time."""
+        table = self.open()
+        if table is None:
+            return ()
+        actions = pa.table(table.get_add_actions(flatten=True))
+        if actions.num_rows == 0:
+            return ()
+        grouped = (
+            actions.select([f"partition.{VERSION_COLUMN}", "num_records", "modification_time"])
+            .group_by(f"partition.{VERSION_COLUMN}")
+            .aggregate([("num_records", "sum"), ("modification_time", "min")])
+            .sort_by(f"partition.{VERSION_COLUMN}")
+        )
+        return tuple(
+            StagedVersion(
+                version=int(row[f"partition.{VERSION_COLUMN}"]),
+                rows=int(row["num_records_sum"] or 0),
+                staged_at=datetime.fromtimestamp(row["modification_time_min"] / 1000, timezone.utc),
+            )
+            for row in grouped.to_pylist()
+        )
+
+    def recorded_spec(self) -> MergeSpec | None:
+        """The MergeSpec recorded in the table, or ``None``."""
+        table = self.open()
+        if table is None:
+            return None
+        text = table.metadata().configuration.get(PROP_SPEC)
+        return MergeSpec.from_json(text) if text else None
+
+    def read(self, version: int) -> pa.Table:
+        """The rows staged for ``version``, with the schema they were staged with."""
+        table = self.open()
+        if table is None:
+            raise FileNotFoundError(f"staging table {self.uri} does not exist")
+        actions = pa.table(table.get_add_actions(flatten=True))
+        mask = pc.equal(
+            actions.column(f"partition.{VERSION_COLUMN}"), pa.scalar(version, pa.int64())
+        )
+        paths = [str(p) for p in actions.filter(mask).column("path").to_pylist()]
+        if not paths:
+            raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
+        dataset = ds.dataset(paths, filesystem=self._filesystem(), format="parquet")
+        return dataset.to_table()
+
+    # -- writing -----------------------------------------------------------------
+
+    def _filesystem(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+        return self._fs
+
+    def _ensure(self, schema: pa.Schema, spec: MergeSpec) -> DeltaTable:
+        table = self.open()
+        if table is None:
+            full = pa.schema([*schema, pa.field(VERSION_COLUMN, pa.int64(), True)])
+            DeltaTable.create(
+                self.uri,
+                full,
+                mode="ignore",
+                partition_by=[VERSION_COLUMN],
+                name="deltasink_staging",
+                description=f"deltasink staging for target {self.target}, app {self.app_id}",
+                configuration={
+                    PROP_TARGET: self.target,
+                    PROP_APP: self.app_id,
+                    PROP_FORMAT: FORMAT,
+                    PROP_SPEC: spec.to_json(),
+                },
+                storage_options=self._options,
+                raise_if_key_not_exists=False,
+            )
+            table = self.open()
+            assert table is not None
+            return table
+        current = arrow_schema(table)
+        new = [f for f in schema if f.name not in current.names]
+        if new:
+            table.alter.add_columns([Field.from_arrow(f) for f in new])
+        return table
+
+    def record_spec(self, spec: MergeSpec) -> None:
+        """Record ``spec`` as the one future versions are staged with."""
+        table = self.open()
+        if table is not None and table.metadata().configuration.get(PROP_SPEC) != spec.to_json():
+            table.alter.set_table_properties({PROP_SPEC: spec.to_json()}, raise_if_not_exists=False)
+
+    def append(self, version: int, data: pa.Table, spec: MergeSpec) -> StagedVersion:
+        """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``.
+
+        A failure before the commit leaves at most an unreferenced file (removed here
+        when possible, otherwise by ``VACUUM``); the version is then not staged.
+        """
+        table = self._ensure(data.schema, spec)
+        relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.snappy.parquet"
+        fs = self._filesystem()
+        with fs.open_output_stream(relative) as out, pq.ParquetWriter(out, data.schema) as writer:
+            writer.write_table(data)
+        try:
+            _faults.point("stage.after_files")
+            now_ms = int(time.time() * 1000)
+            add = AddAction(
+                path=relative,
+                size=fs.get_file_info(relative).size,
+                partition_values={VERSION_COLUMN: str(version)},
+                modification_time=now_ms,
+                data_change=True,
+                stats=json.dumps({"numRecords": data.num_rows}),
+            )
+            table.create_write_transaction(
+                [add],
+                mode="append",
+                schema=DeltaSchema.from_arrow(arrow_schema(table)),
+                partition_by=[VERSION_COLUMN],
+                commit_properties=commit_properties(
+                    app_id=self.app_id,
+                    version=version,
+                    operation="stage",
+                    extra={"deltasink.rows": data.num_rows, "deltasink.target": self.target},
+                ),
+            )
+        except BaseException:
+            try:
+                fs.delete_file(relative)
+            except Exception:  # the file is unreferenced: VACUUM removes it later
+                logger.debug("could not remove orphan staging file %s", relative)
+            raise
+        _faults.point("stage.after_log_commit")
+        return StagedVersion(
+            version, data.num_rows, datetime.fromtimestamp(now_ms / 1000, timezone.utc)
+        )
+
+    def drop(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
+        """Remove the staged data of ``versions`` in one Delta commit.
+
+        The files stay on storage (reachable by time travel) until ``VACUUM`` removes
+        them after the table's retention; that is how aborted and abandoned versions
+        remain inspectable for a while.
+        """
+        table = self.open()
+        if table is None or not versions:
+            return
+        _faults.point("discard.before_log_commit")
+        listed = ", ".join(str(v) for v in sorted(versions))
+        table.delete(
+            f"{VERSION_COLUMN} IN ({listed})",
+            commit_properties=commit_properties(
+                app_id=self.app_id,
+                version=None,
+                operation=f"discard-{reason}",
+                extra={"deltasink.versions": sorted(versions)},
+            ),
+        )
