@@ -3,7 +3,8 @@
 Production code calls :func:`point` between the steps of pre-commit, commit, recovery
 and clean-up. Nothing happens unless a test arms the point, either in-process with
 :func:`armed` or, for a child process that must die hard, through the environment
-variable ``DELTASINK_FAULTS`` (``"stage.after_files=exit,commit.after_publish=raise"``).
+variable ``DELTASINK_FAULTS`` (``"stage.after_files=exit,commit.after_publish=raise@2"``;
+``@n`` fires on the n-th pass instead of the first).
 
 Actions: ``raise`` raises :class:`FaultInjected`; ``exit`` ends the process at once with
 ``os._exit(EXIT_CODE)`` (no clean-up, no ``finally`` blocks: a crash).
@@ -54,12 +55,25 @@ def _check(name: str) -> None:
         raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
 
 
+def _on_pass(n: int, action: Callable[[], None]) -> Callable[[], None]:
+    """``action`` on the n-th call (1-based) and after; earlier calls pass."""
+    seen = [0]
+
+    def fire() -> None:
+        seen[0] += 1
+        if seen[0] >= n:
+            action()
+
+    return fire
+
+
 def _load_env() -> None:
     spec = os.environ.get("DELTASINK_FAULTS", "")
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, how = item.partition("=")
+        how, _, nth = how.partition("@")
         _check(name)
-        _armed[name] = _action(name, how or "raise")
+        _armed[name] = _on_pass(int(nth or 1), _action(name, how or "raise"))
 
 
 def point(name: str) -> None:
@@ -80,16 +94,8 @@ def armed(name: str, how: str | Callable[[], None] = "raise", *, after: int = 0)
     """
     _check(name)
     action = _action(name, how) if isinstance(how, str) else how
-    remaining = [after]
-
-    def fire() -> None:
-        if remaining[0] > 0:
-            remaining[0] -= 1
-            return
-        action()
-
     previous = _armed.get(name)
-    _armed[name] = fire
+    _armed[name] = _on_pass(after + 1, action)
     try:
         yield
     finally:

@@ -64,17 +64,21 @@ def _delete_expr(predicate: str) -> str:
 
 def _spark_to_arrow(df: Any, spec: MergeSpec) -> pa.Table:
     _check_names(list(df.columns))
-    if spec.delete_when:
-        try:
-            df = df.selectExpr("*", _delete_expr(spec.delete_when))
-            df.schema  # noqa: B018 - forces analysis so a bad predicate fails here
-        except Exception as exc:
-            raise InvalidInputError(
-                f"MergeSpec.delete_when {spec.delete_when!r} is not a valid Spark SQL "
-                f"predicate over the batch columns {list(df.columns)}: {exc}"
-            ) from exc
-    table: pa.Table = df.toArrow()
-    return table
+    if not spec.delete_when:
+        table: pa.Table = df.toArrow()
+        return table
+    try:
+        flagged: pa.Table = df.selectExpr("*", _delete_expr(spec.delete_when)).toArrow()
+    except Exception as exc:
+        try:  # is it the predicate, or the DataFrame itself?
+            df.limit(0).toArrow()
+        except Exception:
+            raise exc from None
+        raise InvalidInputError(
+            f"MergeSpec.delete_when {spec.delete_when!r} is not a valid Spark SQL "
+            f"predicate over the batch columns {list(df.columns)}: {exc}"
+        ) from exc
+    return flagged
 
 
 def collect(data: object, spec: MergeSpec) -> pa.Table:
@@ -144,7 +148,7 @@ def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> p
     )
     if len(firsts) == table.num_rows:
         return table
-    return table.take(pc.sort_indices(firsts))
+    return table.take(pc.take(firsts, pc.sort_indices(firsts)))
 
 
 def _check_unique(table: pa.Table, keys: Sequence[str], hint: str) -> None:

@@ -49,8 +49,8 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
     try:
         return DeltaTable(uri, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
-        if is_local(uri) and os.path.isdir(uri) and any(os.scandir(uri)):
-            entries = sorted(e.name for e in os.scandir(uri))[:5]
+        entries = sorted(os.listdir(uri))[:5] if is_local(uri) and os.path.isdir(uri) else []
+        if entries:
             raise NotADeltaTableError(
                 f"{uri} exists but is not a Delta table (no _delta_log; it holds "
                 f"{entries}). Point the sink at a Delta table or an empty/new location, "

@@ -21,8 +21,8 @@ def embedded_spark(*, quiet: bool = True) -> Any:
     calls return the same session. It is stopped when the process exits.
 
     Args:
-        quiet: Keep the engine's own logging at warnings (sets ``RUST_LOG=warn``
-            unless ``RUST_LOG`` is already set).
+        quiet: Keep the engine's own logging at warnings, without the shutdown
+            chatter (sets ``RUST_LOG`` unless it is already set).
 
     Returns:
         A ``pyspark.sql.connect.session.SparkSession``.
@@ -33,7 +33,7 @@ def embedded_spark(*, quiet: bool = True) -> Any:
     with _lock:
         if _server is None or not _server.running:
             if quiet:
-                os.environ.setdefault("RUST_LOG", "warn")
+                os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
             from pysail.spark import SparkConnectServer
 
             server = SparkConnectServer(ip="127.0.0.1", port=0)

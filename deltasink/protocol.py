@@ -22,6 +22,7 @@ re-created at any moment (that is what a crash does).
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import time
 from collections.abc import Callable, Sequence
@@ -215,19 +216,26 @@ class Timeouts:
                 raise ConfigurationError(
                     f"transaction_timeout must be a timedelta or seconds, got {timeout!r}."
                 )
-            if self.timeout_s is None or self.timeout_s <= 0:
-                raise ConfigurationError(f"transaction_timeout must be positive, got {timeout!r}.")
+            seconds = self.timeout_s
+            if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+                raise ConfigurationError(
+                    f"transaction_timeout must be positive and finite, got {timeout!r}."
+                )
+        if not isinstance(self.ignore_failures_after_timeout, bool):
+            raise ConfigurationError(
+                "ignore_failures_after_timeout must be True or False, got "
+                f"{self.ignore_failures_after_timeout!r}."
+            )
         if self.ignore_failures_after_timeout and timeout is None:
             raise ConfigurationError(
                 "ignore_failures_after_timeout=True needs transaction_timeout to be set."
             )
-        if self.warning_ratio is not None:
+        ratio = self.warning_ratio
+        if ratio is not None:
             if timeout is None:
                 raise ConfigurationError("warning_ratio needs transaction_timeout to be set.")
-            if not 0 < self.warning_ratio <= 1:
-                raise ConfigurationError(
-                    f"warning_ratio must be in (0, 1], got {self.warning_ratio!r}."
-                )
+            if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
+                raise ConfigurationError(f"warning_ratio must be in (0, 1], got {ratio!r}.")
 
     @property
     def timeout_s(self) -> float | None:
@@ -411,39 +419,72 @@ class TwoPhaseCommit(Generic[B]):
         results: list[CommitResult] = []
         committed = state.committed_version
         for staged in todo:
-            _faults.point("commit.before_publish")
             try:
+                _faults.point("commit.before_publish")
                 result = self.participant.publish(staged)
             except Exception as exc:
-                if (
+                landed = self._landed_despite(staged, exc)
+                if landed is not None:
+                    result = landed
+                elif (
                     recovering
-                    and self._timed_out(staged)
                     and self.timeouts.ignore_failures_after_timeout
+                    and self._timed_out(staged)
                 ):
-                    results.append(self._abandon(staged, exc))
+                    results.append(self._abandon(staged, exc, results, committed))
                     continue
-                report = CommitReport(self.app_id, tuple(results), committed)
-                raise CommitError(
-                    f"committing version {staged.version} of app {self.app_id!r} failed: "
-                    f"{exc}. Committed before it: {report.committed_versions or 'none'}; "
-                    f"version {staged.version} and later stay staged. Fix the cause and "
-                    "run recover() (or `deltasink recover`).",
-                    report=report,
-                    app_id=self.app_id,
-                    version=staged.version,
-                ) from exc
+                else:
+                    report = CommitReport(self.app_id, tuple(results), committed)
+                    self._clean(state, committed, results)
+                    raise CommitError(
+                        f"committing version {staged.version} of app {self.app_id!r} failed: "
+                        f"{exc}. Committed before it: {report.committed_versions or 'none'}; "
+                        f"version {staged.version} and later stay staged. Fix the cause and "
+                        "run recover() (or `deltasink recover`).",
+                        report=report,
+                        app_id=self.app_id,
+                        version=staged.version,
+                    ) from exc
             results.append(result)
             committed = staged.version
             _faults.point("commit.after_publish")
-        cleaned = self._clean(state, committed)
+        cleaned = self._clean(state, committed, results)
         return CommitReport(self.app_id, tuple(results), committed, cleaned)
 
-    def _clean(self, state: LogState, committed: int | None) -> tuple[int, ...]:
-        """Post-commit clean-up; a failure here is logged, never raised (the next
-        commit or recover retries it)."""
+    def _landed_despite(self, staged: StagedVersion, exc: Exception) -> CommitResult | None:
+        """After a failed publish, whether the target commit landed anyway (the error
+        came after it): then the version is committed, and must be reported so."""
+        try:
+            landed = self.participant.read_state().is_committed(staged.version)
+        except Exception:
+            return None
+        if not landed:
+            return None
+        logger.warning(
+            "app %r: publishing version %s raised (%s) after its target commit landed; "
+            "the version is committed",
+            self.app_id,
+            staged.version,
+            exc,
+        )
+        return CommitResult(
+            staged.version,
+            "committed",
+            rows=staged.rows,
+            message=f"committed; an error was raised after the commit landed: {exc}",
+        )
+
+    def _clean(
+        self, state: LogState, committed: int | None, results: Sequence[CommitResult]
+    ) -> tuple[int, ...]:
+        """Post-commit clean-up of committed versions' staging data. A failure here is
+        logged, never raised (the next commit or recover retries it)."""
         if committed is None:
             return ()
-        garbage = tuple(s.version for s in state.staged if s.version <= committed)
+        abandoned = {r.version for r in results if r.outcome == "abandoned"}
+        garbage = tuple(
+            s.version for s in state.staged if s.version <= committed and s.version not in abandoned
+        )
         if not garbage:
             return ()
         try:
@@ -484,7 +525,13 @@ class TwoPhaseCommit(Generic[B]):
                     timeout,
                 )
 
-    def _abandon(self, staged: StagedVersion, exc: Exception) -> CommitResult:
+    def _abandon(
+        self,
+        staged: StagedVersion,
+        exc: Exception,
+        results: Sequence[CommitResult],
+        committed: int | None,
+    ) -> CommitResult:
         age = self._age(staged)
         message = (
             f"version {staged.version} of app {self.app_id!r} failed to commit ({exc}) and is "
@@ -493,5 +540,15 @@ class TwoPhaseCommit(Generic[B]):
             "never reach the target"
         )
         logger.warning(message)
-        self.participant.discard([staged.version], reason="abandoned")
+        try:
+            self.participant.discard([staged.version], reason="abandoned")
+        except Exception as discard_exc:
+            raise CommitError(
+                f"version {staged.version} of app {self.app_id!r} timed out and was to be "
+                f"abandoned, but dropping its staged data failed: {discard_exc}. It stays "
+                "staged; run recover() again.",
+                report=CommitReport(self.app_id, tuple(results), committed),
+                app_id=self.app_id,
+                version=staged.version,
+            ) from discard_exc
         return CommitResult(staged.version, "abandoned", rows=staged.rows, message=message)

@@ -99,6 +99,11 @@ class TargetTable:
         before = table.version()
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
+            for column in arrow_schema(table):  # Delta fills absent nullable columns
+                if column.name not in values.column_names:
+                    values = values.append_column(
+                        column.name, pa.nulls(values.num_rows, column.type)
+                    )
             if values.num_rows:
                 write_deltalake(
                     table,

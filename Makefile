@@ -1,0 +1,40 @@
+# deltasink developer commands. Everything installs into .venv/ in the repo root.
+#   make demo    set up (if needed) and run the quickstart job on the embedded engine
+#   make test    set up (if needed) and run the whole test suite
+#   make lint    ruff + mypy
+#   make bench   benchmarks (see bench/README.md)
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.deltasink-installed
+
+.PHONY: setup demo test lint fmt check clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) jobs/quickstart.py
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check deltasink tests jobs bench
+	$(VENV)/bin/ruff format --check deltasink tests jobs bench
+	$(VENV)/bin/mypy
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff check --fix deltasink tests jobs bench
+	$(VENV)/bin/ruff format deltasink tests jobs bench
+
+check: lint test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

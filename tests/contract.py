@@ -1,0 +1,332 @@
+"""The contract every backend of ``DeltaSink`` must pass: the SPEC scenarios.
+
+A backend's test module subclasses :class:`SinkContract` and provides a ``harness``
+fixture (see :class:`Harness`). Assertions read the Delta tables directly (delta-rs
+and the raw log), never through the sink under test.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltasink import (
+    CommitError,
+    DeltaSink,
+    InvalidVersionError,
+    MergeSpec,
+)
+from deltasink._faults import armed
+from tests import support
+
+UPSERT = MergeSpec(keys=["id"])
+APPEND = MergeSpec(mode="append")
+
+
+@dataclass
+class Harness:
+    """How a backend's tests make sinks and batches.
+
+    Attributes:
+        target: Target table location (absent at the start).
+        app_id: The writer's app id.
+        make_batch: ``ids -> batch`` in the backend's input type, rows
+            ``{"id": i, "value": f"v{i}"}``.
+        sink_kwargs: Extra ``DeltaSink`` arguments the backend needs.
+    """
+
+    target: str
+    app_id: str
+    make_batch: Callable[[list[int]], Any]
+    sink_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def sink(self, merge: MergeSpec | None = UPSERT, **kwargs: Any) -> DeltaSink:
+        return DeltaSink(self.target, self.app_id, merge, **self.sink_kwargs, **kwargs)
+
+    def batch(self, *ids: int) -> Any:
+        return self.make_batch(list(ids))
+
+    @property
+    def staging(self) -> str:
+        return self.sink().staging
+
+    def ids(self) -> list[int]:
+        return support.ids(self.target)
+
+    def marker(self) -> int | None:
+        return support.marker(self.target, self.app_id)
+
+
+def _fail_with(exc: BaseException) -> Callable[[], None]:
+    def _raise() -> None:
+        raise exc
+
+    return _raise
+
+
+class SinkContract:
+    """SPEC scenarios 1-12 plus the basic invariants, for one backend."""
+
+    # -- SPEC scenarios -----------------------------------------------------------
+
+    def test_1_notify_a_middle_checkpoint(self, harness: Harness) -> None:
+        sink = harness.sink()
+        for version, value in enumerate((42, 43, 44)):
+            sink.pre_commit(harness.batch(value), version)
+        report = sink.commit(1)
+        assert report.committed_versions == [0, 1]
+        assert harness.ids() == [42, 43]
+        assert harness.marker() == 1
+        assert sink.status().pending_versions == [2]
+        assert support.staged_versions(sink.staging) == [2]
+
+    def test_2_fail_before_notify(self, harness: Harness) -> None:
+        sink = harness.sink()
+        sink.pre_commit(harness.batch(42), 0)
+        sink.pre_commit(harness.batch(43), 1)
+        with (
+            armed("stage.after_files", _fail_with(OSError("read-only file system"))),
+            pytest.raises(OSError, match="read-only"),
+        ):
+            sink.pre_commit(harness.batch(44), 2)
+        assert harness.ids() == []  # nothing visible in the target
+        assert support.staged_versions(sink.staging) == [0, 1]  # v2 not half-staged
+        del sink  # the crash
+
+        report = harness.sink().recover()
+        assert report.committed_versions == [0, 1]
+        assert harness.ids() == [42, 43]
+        assert harness.marker() == 1
+        assert support.staged_versions(harness.staging) == []
+        assert not any("=2/" in f for f in support.staged_files_on_disk(harness.staging))
+
+    def test_3_commit_keeps_failing_during_recovery(
+        self, harness: Harness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        harness.sink().write(harness.batch(41), 0)
+        now = [time.time()]
+        sink = harness.sink(
+            transaction_timeout=60, ignore_failures_after_timeout=True, clock=lambda: now[0]
+        )
+        sink.pre_commit(harness.batch(42), 1)
+        boom = _fail_with(OSError("target unavailable"))
+        with armed("commit.before_publish", boom), pytest.raises(CommitError) as info:
+            sink.recover()  # younger than the timeout: the failure is raised
+        assert info.value.version == 1
+        assert sink.status().pending_versions == [1]
+
+        strict = harness.sink(transaction_timeout=60, clock=lambda: now[0] + 3600)
+        with armed("commit.before_publish", boom), pytest.raises(CommitError):
+            strict.recover()  # without the flag it always raises, however old
+        assert strict.status().pending_versions == [1]
+
+        now[0] += 3600
+        with caplog.at_level(logging.WARNING, "deltasink"), armed("commit.before_publish", boom):
+            report = sink.recover()
+        assert report.abandoned_versions == [1]
+        assert any("abandoned" in r.getMessage() and "1" in r.getMessage() for r in caplog.records)
+        assert sink.status().pending_versions == []
+        assert harness.ids() == [41]  # committed data untouched, v1 never applied
+        assert harness.marker() == 0
+
+    def test_4_skipped_notifications_subsumed(self, harness: Harness) -> None:
+        sink = harness.sink()
+        for version in (1, 2, 3):
+            sink.pre_commit(harness.batch(version * 10), version)
+        report = sink.commit(3)
+        assert report.committed_versions == [1, 2, 3]
+        assert harness.ids() == [10, 20, 30]
+        # each version is its own target commit, in ascending order
+        commits = support.txn_commits(harness.target, harness.app_id)
+        assert sorted(commits) == [1, 2, 3]
+        assert commits[1][0] < commits[2][0] < commits[3][0]
+
+    def test_5_delayed_notification(self, harness: Harness) -> None:
+        sink = harness.sink()
+        for version in (1, 2, 3):
+            sink.pre_commit(harness.batch(version * 10), version)
+        assert sink.commit(1).committed_versions == [1]
+        assert harness.ids() == [10]
+        assert sink.status().pending_versions == [2, 3]
+
+    def test_6_nothing_pending_is_a_noop(self, harness: Harness) -> None:
+        sink = harness.sink()
+        report = sink.commit(5)
+        assert report.results == ()
+        assert not support.exists(harness.target)
+        sink.write(harness.batch(1), 0)
+        before = support.table_version(harness.target)
+        assert sink.commit(7).results == ()
+        assert support.table_version(harness.target) == before
+
+    def test_7_ordered_failure_stops_at_the_failed_version(self, harness: Harness) -> None:
+        sink = harness.sink()
+        for version in (1, 2, 3):
+            sink.pre_commit(harness.batch(version * 10), version)
+        with (
+            armed("commit.before_publish", _fail_with(OSError("disk full")), after=1),
+            pytest.raises(CommitError, match="disk full") as info,
+        ):
+            sink.commit(3)
+        assert info.value.version == 2
+        assert info.value.report.committed_versions == [1]  # type: ignore[attr-defined]
+        assert harness.ids() == [10]
+        assert harness.marker() == 1
+        assert sink.status().pending_versions == [2, 3]
+        assert sink.recover().committed_versions == [2, 3]
+        assert harness.ids() == [10, 20, 30]
+
+    def test_8_timeout_warning(self, harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+        sink = harness.sink()
+        sink.pre_commit(harness.batch(1), 4)
+        staged_at = sink.status().pending[0].staged_at.timestamp()
+        watcher = harness.sink(
+            transaction_timeout=100, timeout_warning_ratio=0.5, clock=lambda: staged_at + 75
+        )
+        with caplog.at_level(logging.WARNING, "deltasink"):
+            watcher.commit(3)  # nothing ≤ 3 to commit, but v4 is old: warn
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(harness.app_id in m and "version 4" in m and "75.0 s" in m for m in messages), (
+            messages
+        )
+        caplog.clear()
+        young = harness.sink(
+            transaction_timeout=100, timeout_warning_ratio=0.5, clock=lambda: staged_at + 10
+        )
+        with caplog.at_level(logging.WARNING, "deltasink"):
+            young.commit(3)
+        assert caplog.records == []
+
+    def test_9_duplicates(self, harness: Harness) -> None:
+        sink = harness.sink(APPEND)
+        assert sink.pre_commit(harness.batch(1, 2), 0).state == "staged"
+        assert sink.pre_commit(harness.batch(1, 2), 0).state == "duplicate"
+        assert support.staged_versions(sink.staging) == [0]
+        first = sink.commit(0)
+        delta_version = support.table_version(harness.target)
+        second = sink.commit(0)
+        assert first.committed_versions == [0]
+        assert second.results == ()
+        assert support.table_version(harness.target) == delta_version  # same Delta version
+        assert sink.pre_commit(harness.batch(1, 2), 0).state == "already_committed"
+        assert support.staged_versions(sink.staging) == []
+        assert harness.ids() == [1, 2]  # appended once
+
+    def test_10_end_of_input_commits_everything(self, harness: Harness) -> None:
+        sink = harness.sink()
+        for version in range(4):
+            sink.pre_commit(harness.batch(version), version)
+        report = sink.recover()  # the batch job's last step
+        assert report.committed_versions == [0, 1, 2, 3]
+        assert harness.ids() == [0, 1, 2, 3]
+        assert sink.status().pending_versions == []
+
+    def test_11_crash_after_sink_commit_before_source_progress(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        source = SourceJob(harness, tmp_path / "offsets.txt", [[1, 2], [3], [4, 5]])
+        with pytest.raises(Crash):
+            source.run(progress_before_commit=False, crash_at=1)
+        assert source.offset() == 1  # batch 1 committed, its progress not recorded
+        assert harness.ids() == [1, 2, 3]
+        source.run(progress_before_commit=False)  # restart: batch 1 replayed as version 1
+        assert harness.ids() == [1, 2, 3, 4, 5]  # appended exactly once
+        assert harness.marker() == 2
+
+    def test_12_crash_after_source_progress_before_sink_commit(
+        self, harness: Harness, tmp_path: Path
+    ) -> None:
+        source = SourceJob(harness, tmp_path / "offsets.txt", [[1, 2], [3], [4, 5]])
+        with pytest.raises(Crash):
+            source.run(progress_before_commit=True, crash_at=1)
+        assert source.offset() == 2  # batch 1's progress is recorded ...
+        assert harness.ids() == [1, 2]  # ... but it is not committed
+        source.run(progress_before_commit=True)  # restart: recover() commits batch 1 first
+        assert harness.ids() == [1, 2, 3, 4, 5]
+        assert harness.marker() == 2
+
+    # -- invariants ---------------------------------------------------------------
+
+    def test_marker_is_in_the_same_commit_as_the_data(self, harness: Harness) -> None:
+        sink = harness.sink()
+        sink.write(harness.batch(1, 2), 0)
+        sink.write(harness.batch(2, 3), 1)
+        commits = support.log_commits(harness.target)
+        for version, delta_versions in support.txn_commits(harness.target, harness.app_id).items():
+            assert len(delta_versions) == 1, f"version {version} marker in {delta_versions}"
+            actions = commits[delta_versions[0]]
+            assert any("add" in a for a in actions), f"no data next to the marker of {version}"
+
+    def test_version_going_backwards_is_refused(self, harness: Harness) -> None:
+        sink = harness.sink()
+        sink.pre_commit(harness.batch(1), 5)
+        with pytest.raises(InvalidVersionError, match="goes backwards"):
+            sink.pre_commit(harness.batch(2), 3)
+        assert support.staged_versions(sink.staging) == [5]
+
+    def test_abort_then_restage(self, harness: Harness) -> None:
+        sink = harness.sink()
+        sink.pre_commit(harness.batch(1), 0)
+        sink.pre_commit(harness.batch(2), 1)
+        assert sink.abort(1) is True
+        assert sink.abort(1) is False
+        assert sink.status().pending_versions == [0]
+        sink.pre_commit(harness.batch(3), 1)
+        sink.commit(1)
+        assert harness.ids() == [1, 3]
+
+    def test_empty_batch_advances_the_marker(self, harness: Harness) -> None:
+        sink = harness.sink()
+        sink.write(harness.batch(1), 0)
+        sink.write(harness.batch(), 1)
+        assert harness.marker() == 1
+        assert harness.ids() == [1]
+        assert sink.status().pending_versions == []
+
+
+class Crash(Exception):
+    """The simulated death of the job."""
+
+
+class SourceJob:
+    """A minimal source with an offset log, driven the way seed 001 describes:
+    pre-commit, then record source progress, then commit."""
+
+    def __init__(self, harness: Harness, offsets: Path, batches: list[list[int]]) -> None:
+        self.harness = harness
+        self.offsets = offsets
+        self.batches = batches
+
+    def offset(self) -> int:
+        return int(self.offsets.read_text()) if self.offsets.exists() else 0
+
+    def run(self, *, progress_before_commit: bool, crash_at: int | None = None) -> None:
+        """Process the batches from the recorded offset.
+
+        Args:
+            progress_before_commit: Record source progress between pre-commit and
+                commit (Flink's order: the checkpoint completes, then the sink commits);
+                otherwise after the commit.
+            crash_at: Die at this version, between the two steps: after progress and
+                before the commit (progress first), or after the commit and before
+                progress (commit first).
+        """
+        sink = self.harness.sink(APPEND)
+        sink.recover()  # on start: finish whatever the last run staged
+        for version in range(self.offset(), len(self.batches)):
+            sink.pre_commit(self.harness.batch(*self.batches[version]), version)
+            if progress_before_commit:
+                self.offsets.write_text(str(version + 1))  # only after pre_commit returned
+                if version == crash_at:
+                    raise Crash
+            sink.commit(version)
+            if not progress_before_commit:
+                if version == crash_at:
+                    raise Crash
+                self.offsets.write_text(str(version + 1))

@@ -1,0 +1,140 @@
+"""The ``deltasink`` command, on real tables: output, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from deltasink import DeltaSink, MergeSpec
+from deltasink.cli import EXIT_COMMIT, EXIT_CONFIG, EXIT_REFUSED, app
+from tests import support
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def job(target: str) -> DeltaSink:
+    """A writer with version 0 committed and versions 1, 2 pending."""
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1, 2], "value": ["a", "b"]}), 0)
+    sink.pre_commit(pa.table({"id": [3], "value": ["c"]}), 1)
+    sink.pre_commit(pa.table({"id": [4, 5], "value": ["d", "e"]}), 2)
+    return sink
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_status_table(job: DeltaSink) -> None:
+    code, output = invoke("status", job.target, "--app", "orders")
+    assert code == 0
+    assert "committed version" in output
+    assert "│ 0" in output
+    assert "pending (staged, not committed)" in output
+    lines = [line for line in output.splitlines() if line.startswith("│")]
+    assert any(line.split("│")[1].strip() == "2" and "2" in line.split("│")[2] for line in lines)
+
+
+def test_status_json(job: DeltaSink) -> None:
+    code, output = invoke("status", job.target, "--app", "orders", "--json")
+    assert code == 0
+    data = json.loads(output)
+    assert data["committed_version"] == 0
+    assert data["pending_versions"] == [1, 2]
+    assert [p["rows"] for p in data["pending"]] == [1, 2]
+    assert data["merge"]["keys"] == ["id"]
+    assert data["engine"] == "embedded"
+
+
+def test_status_finds_every_app(job: DeltaSink) -> None:
+    DeltaSink(job.target, "other", MergeSpec(mode="append")).write(pa.table({"id": [9]}), 4)
+    code, output = invoke("status", job.target, "--json")
+    assert code == 0
+    assert [(s["app_id"], s["committed_version"]) for s in json.loads(output)] == [
+        ("orders", 0),
+        ("other", 4),
+    ]
+
+
+def test_recover_commits_pending_versions(job: DeltaSink) -> None:
+    code, output = invoke("recover", job.target, "--app", "orders", "--json")
+    assert code == 0
+    data = json.loads(output)
+    assert data["committed_versions"] == [1, 2]
+    assert data["committed_version"] == 2
+    assert support.ids(job.target) == [1, 2, 3, 4, 5]
+    code, output = invoke("recover", job.target, "--app", "orders")
+    assert code == 0
+    assert "nothing to recover; committed version is 2" in output
+
+
+def test_recover_human_output(job: DeltaSink) -> None:
+    code, output = invoke("recover", job.target, "--app", "orders")
+    assert code == 0
+    assert "committed version is now 2" in output
+
+
+def test_abort(job: DeltaSink) -> None:
+    code, output = invoke("abort", job.target, "2", "7", "--app", "orders", "--json")
+    assert code == 0
+    assert json.loads(output) == {"aborted": [2], "not_staged": [7]}
+    assert job.status().pending_versions == [1]
+    code, output = invoke("abort", job.target, "0", "--app", "orders")
+    assert code == EXIT_REFUSED
+    assert "AlreadyCommittedError" in output
+
+
+def test_history(job: DeltaSink) -> None:
+    job.recover()
+    code, output = invoke("history", job.target, "--app", "orders", "--json")
+    assert code == 0
+    assert [(e["version"], e["target_version"]) for e in json.loads(output)] == [
+        (2, 2),
+        (1, 1),
+        (0, 0),
+    ]
+    code, output = invoke("history", job.target, "--app", "orders")
+    assert code == 0
+    assert "MERGE" in output
+
+
+def test_config_error_exit_code(tmp_path: Path) -> None:
+    code, output = invoke("status", str(tmp_path / "nothing"), "--json")
+    assert code == EXIT_CONFIG
+    assert json.loads(output)["error"] == "ConfigurationError"
+
+
+def test_commit_failure_exit_code(job: DeltaSink) -> None:
+    # Another tool changed the target's column type: the pending versions no longer fit.
+    shutil.rmtree(job.target)
+    from deltalake import write_deltalake
+
+    write_deltalake(job.target, pa.table({"id": [1], "value": [1.5]}))
+    code, output = invoke("recover", job.target, "--app", "orders", "--json")
+    assert code == EXIT_COMMIT
+    data = json.loads(output)
+    assert data["error"] == "CommitError"
+    assert "version 1" in data["message"]
+    assert job.status().pending_versions == [1, 2]
+
+
+def test_entry_point_is_installed(job: DeltaSink) -> None:
+    exe = Path(sys.executable).with_name("deltasink")
+    result = subprocess.run(
+        [str(exe), "status", job.target, "--app", "orders", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pending_versions"] == [1, 2]

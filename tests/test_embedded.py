@@ -1,0 +1,277 @@
+"""The embedded backend on real Delta tables: MERGE semantics, logs and metadata."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+
+from deltasink import DeltaSink, MergeSpec, __version__
+from deltasink.staging import PROP_APP, PROP_SPEC, PROP_TARGET
+from tests import support
+
+SCHEMA = "id long, value string, ts long"
+
+
+def sql_rows(spark: Any, target: str, order: str = "id") -> Any:
+    return spark.sql(f"SELECT * FROM delta.`{target}` ORDER BY {order}")
+
+
+def test_upsert_from_spark_is_visible_to_spark_sql(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink.write(spark.createDataFrame([(1, "a", 1), (2, "b", 1)], SCHEMA), 0)
+    sink.write(spark.createDataFrame([(2, "B", 2), (3, "c", 2)], SCHEMA), 1)
+    expected = spark.createDataFrame([(1, "a", 1), (2, "B", 2), (3, "c", 2)], SCHEMA)
+    assert_df_equality(sql_rows(spark, target), expected, ignore_nullable=True)
+
+
+def test_insert_mode_never_changes_existing_rows(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"], mode="insert"))
+    sink.write(spark.createDataFrame([(1, "first", 1)], SCHEMA), 0)
+    report = sink.write(spark.createDataFrame([(1, "second", 2), (2, "new", 2)], SCHEMA), 1)
+    assert (report.results[0].rows_inserted, report.results[0].rows_updated) == (1, 0)
+    expected = spark.createDataFrame([(1, "first", 1), (2, "new", 2)], SCHEMA)
+    assert_df_equality(sql_rows(spark, target), expected, ignore_nullable=True)
+
+
+def test_insert_mode_with_nothing_new_still_advances_the_marker(target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"], mode="insert"))
+    sink.write(pa.table({"id": [1], "value": ["a"]}), 0)
+    sink.write(pa.table({"id": [1], "value": ["b"]}), 1)
+    assert support.marker(target, "orders") == 1
+    assert support.rows(target) == [{"id": 1, "value": "a"}]
+
+
+def test_append_mode_appends_each_version_once(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "events", MergeSpec(mode="append"))
+    batch = spark.createDataFrame([(1, "x", 1), (1, "x", 1)], SCHEMA)  # duplicates are data
+    sink.write(batch, 0)
+    sink.write(batch, 0)  # a replay
+    sink.write(batch, 1)
+    assert support.ids(target) == [1, 1, 1, 1]
+    assert support.marker(target, "events") == 1
+
+
+def test_sequence_by_ignores_older_updates_across_batches(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "cdc", MergeSpec(keys=["id"], sequence_by="ts"))
+    sink.write(spark.createDataFrame([(1, "v5", 5), (2, "v5", 5)], SCHEMA), 0)
+    sink.write(spark.createDataFrame([(1, "v3", 3), (2, "v9", 9), (3, "v1", 1)], SCHEMA), 1)
+    assert support.rows(target) == [
+        {"id": 1, "value": "v5", "ts": 5},  # the late, older update is ignored
+        {"id": 2, "value": "v9", "ts": 9},
+        {"id": 3, "value": "v1", "ts": 1},
+    ]
+    assert support.marker(target, "cdc") == 1
+
+
+def test_sequence_by_replaces_a_null_target_sequence(target: str) -> None:
+    sink = DeltaSink(target, "cdc", MergeSpec(keys=["id"], sequence_by="ts"))
+    sink.write(pa.table({"id": [1], "value": ["old"], "ts": pa.array([0], pa.int64())}), 0)
+    DeltaTable(target).update(updates={"ts": "NULL"})  # another tool cleared it
+    sink.write(pa.table({"id": [1], "value": ["new"], "ts": [1]}), 1)
+    assert support.rows(target) == [{"id": 1, "value": "new", "ts": 1}]
+
+
+def test_delete_when_deletes_matched_rows_and_never_inserts(spark: Any, target: str) -> None:
+    spec = MergeSpec(keys=["id"], delete_when="op = 'D'")
+    sink = DeltaSink(target, "cdc", spec)
+    schema = "id long, value string, op string"
+    sink.write(spark.createDataFrame([(1, "a", "I"), (2, "b", "I")], schema), 0)
+    report = sink.write(spark.createDataFrame([(1, None, "D"), (3, "c", "D")], schema), 1)
+    assert report.results[0].rows_deleted == 1
+    assert support.rows(target) == [{"id": 2, "value": "b", "op": "I"}]
+
+
+def test_delete_when_respects_sequence_by(target: str) -> None:
+    spec = MergeSpec(keys=["id"], sequence_by="ts", delete_when="op = 'D'")
+    sink = DeltaSink(target, "cdc", spec)
+    sink.write(pa.table({"id": [1, 2], "ts": [5, 5], "op": ["I", "I"]}), 0)
+    sink.write(pa.table({"id": [1, 2], "ts": [4, 6], "op": ["D", "D"]}), 1)  # 1's delete is old
+    assert support.rows(target) == [{"id": 1, "ts": 5, "op": "I"}]
+
+
+def test_delete_when_with_arrow_input_uses_the_embedded_engine(target: str) -> None:
+    sink = DeltaSink(target, "cdc", MergeSpec(keys=["id"], delete_when="op = 'D'"))
+    sink.write(pa.table({"id": [1, 2], "op": ["I", "I"]}), 0)
+    sink.write(pa.table({"id": [1], "op": ["D"]}), 1)
+    assert support.rows(target) == [{"id": 2, "op": "I"}]
+
+
+def test_schema_evolution_adds_columns(target: str) -> None:
+    sink = DeltaSink(target, "evolving", MergeSpec(keys=["id"], schema_evolution=True))
+    sink.write(pa.table({"id": [1], "a": ["x"]}), 0)
+    sink.write(pa.table({"id": [2], "a": ["y"], "b": [2.5]}), 1)
+    assert support.rows(target) == [
+        {"id": 1, "a": "x", "b": None},
+        {"id": 2, "a": "y", "b": 2.5},
+    ]
+
+
+def test_batch_may_omit_nullable_target_columns(target: str) -> None:
+    sink = DeltaSink(target, "partial", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "a": ["x"], "b": [1]}), 0)
+    sink.write(pa.table({"id": [1, 2], "b": [5, 6]}), 1)
+    assert support.rows(target) == [
+        {"id": 1, "a": "x", "b": 5},  # an update leaves the missing column alone
+        {"id": 2, "a": None, "b": 6},
+    ]
+
+
+def test_rich_types_round_trip(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "types", MergeSpec(keys=["id"]))
+    df = spark.sql(
+        "SELECT 1L AS id, timestamp'2024-03-01 12:00:00' AS ts, date'2024-03-01' AS d, "
+        "CAST(12.34 AS DECIMAL(10,2)) AS amount, named_struct('city', 'Oslo', 'zip', 150) AS addr, "
+        "array(1, 2) AS tags, 'æøå ✓' AS note"
+    )
+    sink.write(df, 0)
+    row = support.rows(target)[0]
+    assert row["ts"] == dt.datetime(2024, 3, 1, 12, tzinfo=dt.timezone.utc)
+    assert row["d"] == dt.date(2024, 3, 1)
+    assert row["amount"] == Decimal("12.34")
+    assert row["addr"] == {"city": "Oslo", "zip": 150}
+    assert row["tags"] == [1, 2]
+    assert row["note"] == "æøå ✓"
+    sink.write(df.selectExpr("id", "ts", "d", "amount", "addr", "array(3) AS tags", "note"), 1)
+    assert support.rows(target)[0]["tags"] == [3]
+
+
+def test_target_created_by_the_sink_is_nullable_and_readable(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink.write(spark.sql("SELECT 1L AS id, 'a' AS value"), 0)  # literals are NOT NULL in Spark
+    schema = pa.schema(DeltaTable(target).schema().to_arrow())
+    assert all(f.nullable for f in schema)
+    assert spark.sql(f"SELECT count(*) AS n FROM delta.`{target}`").collect()[0].n == 1
+
+
+def test_readers_see_whole_batches_at_every_table_version(spark: Any, target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    batches = [[1, 2, 3], [4, 5], [6]]
+    for version, ids in enumerate(batches):
+        sink.pre_commit(pa.table({"id": ids, "value": ["x"] * len(ids)}), version)
+    sink.commit(2)
+    commits = support.txn_commits(target, "orders")
+    for version in range(3):
+        (delta_version,) = commits[version]
+        seen = spark.sql(
+            f"SELECT id FROM delta.`{target}` VERSION AS OF {delta_version} ORDER BY id"
+        ).collect()
+        assert [r.id for r in seen] == sorted(i for b in batches[: version + 1] for i in b)
+
+
+def test_staging_commit_carries_txn_and_metadata(target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink.pre_commit(pa.table({"id": [1, 2], "value": ["a", "b"]}), 7)
+    commits = support.log_commits(sink.staging)
+    (stage_version,) = [v for v, acts in commits.items() if any("txn" in a for a in acts)]
+    actions = commits[stage_version]
+    assert [a["txn"]["version"] for a in actions if "txn" in a] == [7]
+    assert [a["add"]["partitionValues"] for a in actions if "add" in a] == [
+        {"_deltasink_version": "7"}
+    ]
+    info = support.commit_info(sink.staging, stage_version)
+    assert info["deltasink.operation"] == "stage"
+    assert info["deltasink.appId"] == "orders"
+    assert info["deltasink.batchVersion"] == 7
+    assert info["deltasink.rows"] == 2
+    assert info["deltasink.libraryVersion"] == __version__
+
+
+def test_target_commit_carries_txn_and_metadata(target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "value": ["a"]}), 3)
+    sink.write(pa.table({"id": [1], "value": ["b"]}), 4)
+    commits = support.txn_commits(target, "orders")
+    assert commits == {3: [0], 4: [1]}
+    info = support.commit_info(target, 1)
+    assert info["operation"] == "MERGE"
+    assert info["userMetadata"] == "deltasink commit app=orders version=4"
+    assert info["deltasink.batchVersion"] == 4
+    assert info["deltasink.libraryVersion"] == __version__
+    assert info["deltasink.staging"] == sink.staging
+
+
+def test_staging_records_its_owner_and_merge_spec(target: str) -> None:
+    spec = MergeSpec(keys=["id"], sequence_by="ts")
+    sink = DeltaSink(target, "orders", spec)
+    sink.pre_commit(pa.table({"id": [1], "ts": [1]}), 0)
+    config = DeltaTable(sink.staging).metadata().configuration
+    assert config[PROP_TARGET] == target
+    assert config[PROP_APP] == "orders"
+    assert MergeSpec.from_json(config[PROP_SPEC]) == spec
+    assert json.loads(config[PROP_SPEC])["sequence_by"] == "ts"
+    assert sink.staging == f"{target}_deltasink_staging/orders"
+
+
+def test_recover_without_the_jobs_merge_spec_uses_the_recorded_one(target: str) -> None:
+    DeltaSink(target, "orders", MergeSpec(keys=["id"], mode="insert")).pre_commit(
+        pa.table({"id": [1], "value": ["a"]}), 0
+    )
+    operator = DeltaSink(target, "orders")  # what `deltasink recover` builds
+    assert operator.recover().committed_versions == [0]
+    assert support.rows(target) == [{"id": 1, "value": "a"}]
+
+
+def test_committed_staging_data_is_removed(target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    for version in range(3):
+        sink.pre_commit(pa.table({"id": [version], "value": ["x"]}), version)
+    report = sink.commit(1)
+    assert report.cleaned_versions == (0, 1)
+    assert support.staged_versions(sink.staging) == [2]
+    assert sink.status().leftover_versions == []
+
+
+def test_two_apps_on_one_target_keep_separate_markers(target: str) -> None:
+    a = DeltaSink(target, "app-a", MergeSpec(keys=["id"]))
+    b = DeltaSink(target, "app-b", MergeSpec(keys=["id"]))
+    a.write(pa.table({"id": [1], "value": ["a"]}), 10)
+    b.write(pa.table({"id": [2], "value": ["b"]}), 0)
+    a.write(pa.table({"id": [3], "value": ["a"]}), 11)
+    assert support.marker(target, "app-a") == 11
+    assert support.marker(target, "app-b") == 0
+    assert support.ids(target) == [1, 2, 3]
+    assert a.staging != b.staging
+    assert b.pre_commit(pa.table({"id": [2], "value": ["b"]}), 0).state == "already_committed"
+
+
+def test_status_and_history(target: str) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    status = sink.status()
+    assert (status.committed_version, status.pending_versions, status.target_exists) == (
+        None,
+        [],
+        False,
+    )
+    sink.write(pa.table({"id": [1, 2], "value": ["a", "b"]}), 0)
+    sink.write(pa.table({"id": [2, 3], "value": ["B", "c"]}), 1)
+    sink.pre_commit(pa.table({"id": [4], "value": ["d"]}), 2)
+    status = sink.status()
+    assert status.committed_version == 1
+    assert status.pending_versions == [2]
+    assert [(p.version, p.rows) for p in status.pending] == [(2, 1)]
+    assert status.engine == "embedded"
+    assert status.to_dict()["pending"][0]["rows"] == 1
+    history = sink.history()
+    assert [(h.version, h.target_version, h.operation) for h in history] == [
+        (1, 1, "MERGE"),
+        (0, 0, "WRITE"),
+    ]
+    assert (history[0].rows_inserted, history[0].rows_updated) == (1, 1)
+
+
+@pytest.mark.parametrize("batch_rows", [0, 1, 2500])
+def test_staged_rows_are_exactly_the_batch(target: str, batch_rows: int) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    table = pa.table({"id": list(range(batch_rows)), "value": [str(i) for i in range(batch_rows)]})
+    committable = sink.pre_commit(table, 0)
+    assert committable.rows == batch_rows
+    staged = sink._staging.read(0)
+    assert staged.num_rows == batch_rows
+    assert sorted(staged.column("id").to_pylist()) == list(range(batch_rows))

@@ -1,0 +1,43 @@
+"""The public API is small, sorted and matches DESIGN.md's contract."""
+
+from __future__ import annotations
+
+import inspect
+
+import deltasink
+from deltasink import DeltaSink, MergeSpec, SinkStatus
+
+
+def test_all_is_sorted_and_exported() -> None:
+    assert deltasink.__all__ == sorted(deltasink.__all__)
+    for name in deltasink.__all__:
+        assert hasattr(deltasink, name), name
+    public = {n for n in vars(deltasink) if not n.startswith("_")} - {"annotations"}
+    modules = {n for n in public if inspect.ismodule(getattr(deltasink, n))}
+    assert public - modules == set(deltasink.__all__) - {"__version__"}
+
+
+def test_design_contract_names() -> None:
+    params = inspect.signature(DeltaSink).parameters
+    assert list(params)[:4] == ["target", "app_id", "merge", "staging"]
+    assert params["staging"].default is None
+    for method in ("pre_commit", "commit", "write", "abort", "recover", "status", "foreach_batch"):
+        assert callable(getattr(DeltaSink, method)), method
+    spec = inspect.signature(MergeSpec).parameters
+    assert {"keys", "mode", "sequence_by", "delete_when"} <= set(spec)
+    assert {"committed_version", "pending_versions"} <= {
+        f.name for f in SinkStatus.__dataclass_fields__.values()
+    }
+    assert callable(deltasink.embedded_spark)
+
+
+def test_merge_spec_is_frozen_and_keyword_only() -> None:
+    spec = MergeSpec(keys="id")
+    assert spec.keys == ("id",)
+    assert MergeSpec.from_json(spec.to_json()) == spec
+    try:
+        MergeSpec(["id"])  # type: ignore[misc]
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("MergeSpec must be keyword-only")
