@@ -21,6 +21,7 @@ from deltasink.errors import (
     ConfigurationError,
     DeltaSinkError,
     DuplicateKeyError,
+    FencedError,
     InvalidInputError,
     InvalidVersionError,
     KeyColumnError,
@@ -31,6 +32,7 @@ from deltasink.errors import (
 from deltasink.protocol import CommitReport, CommitResult, Committable, StagedVersion
 from deltasink.sink import DeltaSink, HistoryEntry, SinkStatus
 from deltasink.spec import MergeSpec
+from deltasink.staging import GcResult
 
 __all__ = [
     "AlreadyCommittedError",
@@ -42,6 +44,8 @@ __all__ = [
     "DeltaSink",
     "DeltaSinkError",
     "DuplicateKeyError",
+    "FencedError",
+    "GcResult",
     "HistoryEntry",
     "InvalidInputError",
     "InvalidVersionError",

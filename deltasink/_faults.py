@@ -7,11 +7,14 @@ variable ``DELTASINK_FAULTS`` (``"stage.after_files=exit,commit.after_publish=ra
 ``@n`` fires on the n-th pass instead of the first).
 
 Actions: ``raise`` raises :class:`FaultInjected`; ``exit`` ends the process at once with
-``os._exit(EXIT_CODE)`` (no clean-up, no ``finally`` blocks: a crash).
+``os._exit(EXIT_CODE)`` (no clean-up, no ``finally`` blocks: a crash); or a callable,
+which receives the point's context as keyword arguments if it takes any (e.g.
+``versions=[...]`` at the commit points).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +27,7 @@ POINTS = (
     "stage.after_files",  # staging data files written, staging log not committed
     "stage.after_log_commit",  # staging commit done, pre_commit has not returned
     "commit.before_publish",  # state read, target not touched for this version
+    "publish.before_target_commit",  # target state read and checked, MERGE not run yet
     "publish.after_target_commit",  # target MERGE + marker committed, not yet reported
     "commit.after_publish",  # version published, staging clean-up not yet done
     "discard.before_log_commit",  # about to remove staged versions from staging
@@ -31,19 +35,21 @@ POINTS = (
 
 EXIT_CODE = 77
 
-_armed: dict[str, Callable[[], None]] = {}
+Action = Callable[..., None]
+
+_armed: dict[str, Action] = {}
 
 
 class FaultInjected(RuntimeError):
     """Raised by an armed fault point with the ``raise`` action."""
 
 
-def _action(name: str, how: str) -> Callable[[], None]:
+def _action(name: str, how: str) -> Action:
     if how == "exit":
-        return lambda: os._exit(EXIT_CODE)
+        return lambda **_: os._exit(EXIT_CODE)
     if how == "raise":
 
-        def _raise() -> None:
+        def _raise(**_: object) -> None:
             raise FaultInjected(f"fault injected at {name}")
 
         return _raise
@@ -55,14 +61,18 @@ def _check(name: str) -> None:
         raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
 
 
-def _on_pass(n: int, action: Callable[[], None]) -> Callable[[], None]:
+def _on_pass(n: int, action: Action) -> Action:
     """``action`` on the n-th call (1-based) and after; earlier calls pass."""
     seen = [0]
+    takes_context = bool(inspect.signature(action).parameters)
 
-    def fire() -> None:
+    def fire(**context: object) -> None:
         seen[0] += 1
         if seen[0] >= n:
-            action()
+            if takes_context:
+                action(**context)
+            else:
+                action()
 
     return fire
 
@@ -76,15 +86,15 @@ def _load_env() -> None:
         _armed[name] = _on_pass(int(nth or 1), _action(name, how or "raise"))
 
 
-def point(name: str) -> None:
+def point(name: str, **context: object) -> None:
     """Mark a fault point; runs the armed action for ``name``, if any."""
     action = _armed.get(name)
     if action is not None:
-        action()
+        action(**context)
 
 
 @contextmanager
-def armed(name: str, how: str | Callable[[], None] = "raise", *, after: int = 0) -> Iterator[None]:
+def armed(name: str, how: str | Action = "raise", *, after: int = 0) -> Iterator[None]:
     """Arm ``name`` for the duration of the ``with`` block.
 
     Args:

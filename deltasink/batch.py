@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -25,11 +25,12 @@ from deltasink.errors import (
 from deltasink.schema import align_to_target, nullable_schema
 from deltasink.spec import RESERVED_PREFIX, MergeSpec
 
-__all__ = ["DELETE_COLUMN", "collect", "is_spark_dataframe", "prepare", "quote"]
+__all__ = ["DELETE_COLUMN", "coalesce", "collect", "is_spark_dataframe", "prepare", "quote"]
 
 #: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
 DELETE_COLUMN = "_deltasink_delete"
 _ROW = "_deltasink_row"
+_VERSION = "_deltasink_coalesced_version"
 
 
 def quote(name: str) -> str:
@@ -130,18 +131,22 @@ def _check_required(table: pa.Table, spec: MergeSpec) -> None:
             )
 
 
-def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> pa.Table:
-    """One row per key: the highest ``sequence_by``, ties going to the later row."""
-    indexed = table.select([*keys, sequence_by]).append_column(
+SortOrder = Literal["ascending", "descending"]
+
+
+def _first_per_key(
+    table: pa.Table, keys: Sequence[str], order: Sequence[tuple[str, SortOrder]]
+) -> pa.Table:
+    """One row per key: the first by ``order`` (column, "ascending"/"descending"),
+    ties going to the later row. Rows keep their original order."""
+    columns = list(dict.fromkeys([*keys, *(name for name, _ in order)]))
+    indexed = table.select(columns).append_column(
         _ROW, pa.array(np.arange(table.num_rows, dtype=np.int64))
     )
-    order = pc.sort_indices(
-        indexed,
-        sort_keys=[(k, "ascending") for k in keys]
-        + [(sequence_by, "descending"), (_ROW, "descending")],
-    )
+    sort_keys: list[tuple[str, SortOrder]] = [(k, "ascending") for k in keys]
+    sort_keys += [*order, (_ROW, "descending")]
     firsts = (
-        indexed.take(order)
+        indexed.take(pc.sort_indices(indexed, sort_keys=sort_keys))
         .group_by(list(keys), use_threads=False)
         .aggregate([(_ROW, "first")])
         .column(f"{_ROW}_first")
@@ -149,6 +154,11 @@ def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> p
     if len(firsts) == table.num_rows:
         return table
     return table.take(pc.take(firsts, pc.sort_indices(firsts)))
+
+
+def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> pa.Table:
+    """One row per key: the highest ``sequence_by``, ties going to the later row."""
+    return _first_per_key(table, keys, [(sequence_by, "descending")])
 
 
 def _check_unique(table: pa.Table, keys: Sequence[str], hint: str) -> None:
@@ -213,3 +223,31 @@ def prepare(
                 "latest row per key.",
             )
     return data
+
+
+def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Table:
+    """Combine several staged versions into one batch with the same effect as
+    applying them one by one, in ascending version order.
+
+    ``append`` concatenates. ``upsert`` keeps, per key, the row of the latest version
+    (with ``sequence_by``: the highest sequence, then the latest version), deletes
+    included. ``insert`` keeps the row of the earliest version (insert-if-absent: the
+    first insert wins).
+    """
+    tables = []
+    for version, table in staged:
+        column = pa.array(np.full(table.num_rows, version, dtype=np.int64))
+        tables.append(table.append_column(pa.field(_VERSION, pa.int64()), column))
+    combined = pa.concat_tables(tables, promote_options="default")
+    if DELETE_COLUMN in combined.column_names:
+        flags: Any = pc.fill_null(combined.column(DELETE_COLUMN), pa.scalar(False))
+        index = combined.column_names.index(DELETE_COLUMN)
+        combined = combined.set_column(index, pa.field(DELETE_COLUMN, pa.bool_(), True), flags)
+    if spec.mode == "upsert":
+        order: list[tuple[str, SortOrder]] = (
+            [(spec.sequence_by, "descending")] if spec.sequence_by else []
+        )
+        combined = _first_per_key(combined, spec.keys, [*order, (_VERSION, "descending")])
+    elif spec.mode == "insert":
+        combined = _first_per_key(combined, spec.keys, [(_VERSION, "ascending")])
+    return combined.drop_columns([_VERSION])

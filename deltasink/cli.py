@@ -296,7 +296,7 @@ def history(
         )
     for e in entries:
         table.add_row(
-            str(e.version),
+            ", ".join(map(str, e.versions)),
             str(e.target_version),
             e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
             e.operation,

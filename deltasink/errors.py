@@ -12,9 +12,11 @@ what the caller should do next::
     ├── ConfigurationError         fix the sink's configuration or the tables
     │   ├── NotADeltaTableError    the target path holds something that is not Delta
     │   └── StagingOwnershipError  the staging table belongs to another target or app
-    └── CommitError                the target was not changed for this version;
-        │                          ``recover()`` finishes the job once the cause is gone
-        └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
+    ├── CommitError                the target was not changed for this version;
+    │   │                          ``recover()`` finishes the job once the cause is gone
+    │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
+    └── FencedError                another live writer with the same app_id took over;
+                                   stop this one
 
 Errors carry the context they are about as attributes (``table``, ``app_id``,
 ``version``, ``column``) so that callers can branch without parsing messages.
@@ -29,6 +31,7 @@ __all__ = [
     "ConfigurationError",
     "DeltaSinkError",
     "DuplicateKeyError",
+    "FencedError",
     "InvalidInputError",
     "InvalidVersionError",
     "KeyColumnError",
@@ -122,3 +125,30 @@ class CommitError(DeltaSinkError):
 
 class AlreadyCommittedError(CommitError):
     """The version is already committed to the target and can no longer be changed."""
+
+
+class FencedError(DeltaSinkError):
+    """A newer writer with the same ``app_id`` took over the staging table.
+
+    Kafka's producer-epoch fencing: every :class:`~deltasink.DeltaSink` claims a new
+    epoch in the staging table on its first write, and a sink whose epoch is no longer
+    the current one refuses to pre-commit, commit or abort. Nothing was written by the
+    refused call; the newer writer carries on.
+
+    Attributes:
+        epoch: This sink's epoch.
+        current_epoch: The epoch recorded in the staging table.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        epoch: int,
+        current_epoch: int,
+        table: str | None = None,
+        app_id: str | None = None,
+    ) -> None:
+        super().__init__(message, table=table, app_id=app_id)
+        self.epoch = epoch
+        self.current_epoch = current_epoch

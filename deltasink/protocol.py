@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from deltasink import _faults
 from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
     ConfigurationError,
+    FencedError,
     InvalidVersionError,
 )
 
@@ -111,7 +112,8 @@ Outcome = Literal["committed", "already_committed", "abandoned"]
 
 @dataclass(frozen=True)
 class CommitResult:
-    """What happened to one version during ``commit`` or ``recover``.
+    """What happened to one version (or one coalesced run of versions) during
+    ``commit`` or ``recover``.
 
     These are values the caller can branch on (Flink's ``CommitRequest`` signals):
     ``committed`` (applied now), ``already_committed`` (a replay; nothing changed),
@@ -127,6 +129,9 @@ class CommitResult:
         rows_deleted: Target rows deleted, when the engine reports it.
         duration_s: Wall time of the publish step, in seconds.
         message: Why a version was abandoned, or other detail.
+        versions: Every version this one target commit applied, ascending, when
+            several pending versions were coalesced into it (``version`` is the
+            highest); empty for a single version.
     """
 
     version: int
@@ -138,6 +143,12 @@ class CommitResult:
     rows_deleted: int | None = None
     duration_s: float = 0.0
     message: str | None = None
+    versions: tuple[int, ...] = ()
+
+    @property
+    def all_versions(self) -> tuple[int, ...]:
+        """The versions this result covers (``versions``, or just ``version``)."""
+        return self.versions or (self.version,)
 
 
 @dataclass(frozen=True)
@@ -158,8 +169,8 @@ class CommitReport:
 
     @property
     def committed_versions(self) -> list[int]:
-        """Versions applied to the target by this call."""
-        return [r.version for r in self.results if r.outcome == "committed"]
+        """Versions applied to the target by this call (coalesced ones included)."""
+        return [v for r in self.results if r.outcome == "committed" for v in r.all_versions]
 
     @property
     def abandoned_versions(self) -> list[int]:
@@ -282,6 +293,33 @@ class Participant(Protocol[B]):
         ...
 
 
+@runtime_checkable
+class SupportsFencing(Protocol):
+    """Optional capability: claim the writer role for an ``app_id`` (Kafka's
+    ``initTransactions``): afterwards, older holders fail their next write with
+    :class:`~deltasink.errors.FencedError`. Called by ``recover()`` before anything
+    else, and by the participant itself on its first write."""
+
+    def claim(self) -> None:
+        """Take over the writer role; idempotent for the same participant object."""
+        ...
+
+
+@runtime_checkable
+class SupportsCoalescing(Protocol):
+    """Optional capability: publish several pending versions in ONE target commit.
+
+    The result must equal publishing them one by one, in order (the latest version
+    wins per key, deletes and inserts in version order), and the commit carries the
+    marker of the highest version. All or nothing: a failure leaves the target
+    without any part of any of them.
+    """
+
+    def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
+        """Apply ``staged`` (ascending, ≥ 2 versions) in one commit; idempotent."""
+        ...
+
+
 def check_version(version: object, *, what: str = "version") -> int:
     """Return ``version`` as an int, or raise :class:`InvalidVersionError`.
 
@@ -315,12 +353,20 @@ class TwoPhaseCommit(Generic[B]):
         app_id: The writer's identity (for messages and reports).
         timeouts: Transaction-timeout settings.
         clock: Seconds since the epoch, like :func:`time.time`; injectable for tests.
+        coalesce: When several versions are pending and the participant
+            :class:`SupportsCoalescing`, publish them in one target commit (up to
+            ``coalesce_max_rows`` staged rows per commit). If that commit fails, the
+            versions are retried one by one, so a failure still stops at the first
+            failing version with the earlier ones committed.
+        coalesce_max_rows: Bound on the rows of one coalesced commit (memory).
     """
 
     participant: Participant[B]
     app_id: str
     timeouts: Timeouts = field(default_factory=Timeouts)
     clock: Callable[[], float] = time.time
+    coalesce: bool = True
+    coalesce_max_rows: int = 2_000_000
 
     def state(self) -> LogState:
         """The writer's durable state (one read of the participant's logs)."""
@@ -377,11 +423,15 @@ class TwoPhaseCommit(Generic[B]):
 
         Safe to run at any time and any number of times. With
         ``ignore_failures_after_timeout``, a version that fails and is older than the
-        transaction timeout is abandoned and recovery goes on.
+        transaction timeout is abandoned and recovery goes on. A participant that
+        :class:`SupportsFencing` first claims the writer role, fencing older writers.
 
         Raises:
             CommitError: As for :meth:`commit`.
+            FencedError: A newer writer holds the role (never wrapped in CommitError).
         """
+        if isinstance(self.participant, SupportsFencing):
+            self.participant.claim()
         return self._run(None, recovering=True)
 
     def abort(self, version: object) -> bool:
@@ -418,38 +468,93 @@ class TwoPhaseCommit(Generic[B]):
         todo = [s for s in state.pending if limit is None or s.version <= limit]
         results: list[CommitResult] = []
         committed = state.committed_version
-        for staged in todo:
-            try:
-                _faults.point("commit.before_publish")
-                result = self.participant.publish(staged)
-            except Exception as exc:
-                landed = self._landed_despite(staged, exc)
-                if landed is not None:
-                    result = landed
-                elif (
-                    recovering
-                    and self.timeouts.ignore_failures_after_timeout
-                    and self._timed_out(staged)
-                ):
-                    results.append(self._abandon(staged, exc, results, committed))
+        for group in self._groups(todo):
+            if len(group) > 1:
+                coalesced = self._try_coalesced(group)
+                if coalesced is not None:
+                    results.append(coalesced)
+                    committed = group[-1].version
                     continue
-                else:
-                    report = CommitReport(self.app_id, tuple(results), committed)
-                    self._clean(state, committed, results)
-                    raise CommitError(
-                        f"committing version {staged.version} of app {self.app_id!r} failed: "
-                        f"{exc}. Committed before it: {report.committed_versions or 'none'}; "
-                        f"version {staged.version} and later stay staged. Fix the cause and "
-                        "run recover() (or `deltasink recover`).",
-                        report=report,
-                        app_id=self.app_id,
-                        version=staged.version,
-                    ) from exc
-            results.append(result)
-            committed = staged.version
-            _faults.point("commit.after_publish")
+            for staged in group:
+                result = self._publish_one(staged, recovering, results, committed, state)
+                results.append(result)
+                if result.outcome != "abandoned":
+                    committed = staged.version
         cleaned = self._clean(state, committed, results)
         return CommitReport(self.app_id, tuple(results), committed, cleaned)
+
+    def _groups(self, todo: Sequence[StagedVersion]) -> list[list[StagedVersion]]:
+        """Runs of versions to publish together (singletons unless coalescing)."""
+        if not (self.coalesce and isinstance(self.participant, SupportsCoalescing)):
+            return [[s] for s in todo]
+        groups: list[list[StagedVersion]] = []
+        rows = 0
+        for staged in todo:
+            if groups and rows + staged.rows <= self.coalesce_max_rows:
+                groups[-1].append(staged)
+                rows += staged.rows
+            else:
+                groups.append([staged])
+                rows = staged.rows
+        return groups
+
+    def _try_coalesced(self, group: Sequence[StagedVersion]) -> CommitResult | None:
+        """One commit for ``group``; ``None`` (after logging) if it failed, so the
+        caller falls back to one version at a time."""
+        assert isinstance(self.participant, SupportsCoalescing)
+        try:
+            _faults.point("commit.before_publish", versions=[s.version for s in group])
+            result = self.participant.publish_many(group)
+        except FencedError:
+            raise
+        except Exception as exc:
+            logger.info(
+                "app %r: coalesced commit of versions %s failed (%s); committing them one by one",
+                self.app_id,
+                [s.version for s in group],
+                exc,
+            )
+            return None
+        _faults.point("commit.after_publish", versions=list(result.all_versions))
+        return result
+
+    def _publish_one(
+        self,
+        staged: StagedVersion,
+        recovering: bool,
+        results: Sequence[CommitResult],
+        committed: int | None,
+        state: LogState,
+    ) -> CommitResult:
+        try:
+            _faults.point("commit.before_publish", versions=[staged.version])
+            result = self.participant.publish(staged)
+        except FencedError:
+            raise  # another writer owns the app now: stop, do not retry or abandon
+        except Exception as exc:
+            landed = self._landed_despite(staged, exc)
+            if landed is not None:
+                result = landed
+            elif (
+                recovering
+                and self.timeouts.ignore_failures_after_timeout
+                and self._timed_out(staged)
+            ):
+                return self._abandon(staged, exc, results, committed)
+            else:
+                report = CommitReport(self.app_id, tuple(results), committed)
+                self._clean(state, committed, results)
+                raise CommitError(
+                    f"committing version {staged.version} of app {self.app_id!r} failed: "
+                    f"{exc}. Committed before it: {report.committed_versions or 'none'}; "
+                    f"version {staged.version} and later stay staged. Fix the cause and "
+                    "run recover() (or `deltasink recover`).",
+                    report=report,
+                    app_id=self.app_id,
+                    version=staged.version,
+                ) from exc
+        _faults.point("commit.after_publish", versions=[staged.version])
+        return result
 
     def _landed_despite(self, staged: StagedVersion, exc: Exception) -> CommitResult | None:
         """After a failed publish, whether the target commit landed anyway (the error

@@ -21,7 +21,7 @@ from deltasink.protocol import (
     TwoPhaseCommit,
 )
 from deltasink.spec import MergeSpec
-from deltasink.staging import StagingTable
+from deltasink.staging import GcResult, StagingTable
 from deltasink.target import TargetTable
 
 __all__ = ["DeltaSink", "HistoryEntry", "SinkStatus", "default_staging"]
@@ -105,7 +105,9 @@ class HistoryEntry:
     """One target commit made by this writer (from the target's Delta history).
 
     Attributes:
-        version: The batch version committed.
+        version: The batch version committed (the highest, when several were
+            coalesced into this commit).
+        versions: Every batch version this commit applied, ascending.
         target_version: The target's Delta table version of that commit.
         timestamp: When the commit was made (UTC).
         operation: The Delta operation (``MERGE``, ``WRITE``, ...).
@@ -116,6 +118,7 @@ class HistoryEntry:
     """
 
     version: int
+    versions: tuple[int, ...]
     target_version: int
     timestamp: datetime
     operation: str
@@ -128,6 +131,7 @@ class HistoryEntry:
         """A JSON-ready dict."""
         return {
             "version": self.version,
+            "versions": list(self.versions),
             "target_version": self.target_version,
             "timestamp": self.timestamp.isoformat(),
             "operation": self.operation,
@@ -166,8 +170,18 @@ class DeltaSink:
             instead of raising. Its rows never reach the target.
         timeout_warning_ratio: Warn when a pending version is older than
             ``transaction_timeout * ratio``.
+        coalesce: When several versions are pending, commit them in one target commit
+            (the marker of the highest version; the same result as committing them one
+            by one). Falls back to one by one if that commit fails.
+        max_commit_attempts: Attempts per target commit when concurrent writers
+            conflict (Delta optimistic concurrency), with jittered backoff.
         storage_options: delta-rs storage options for object stores.
         clock: Seconds since the epoch (default :func:`time.time`); for tests.
+
+    A sink claims a writer *epoch* in the staging table on its first write; if another
+    sink with the same ``app_id`` claims a newer one, this sink's next pre-commit,
+    commit or abort raises :class:`~deltasink.errors.FencedError` (Kafka's zombie
+    fencing). Create one sink per job and keep it.
 
     Raises:
         ConfigurationError: Invalid arguments.
@@ -183,6 +197,8 @@ class DeltaSink:
         transaction_timeout: timedelta | float | None = None,
         ignore_failures_after_timeout: bool = False,
         timeout_warning_ratio: float | None = None,
+        coalesce: bool = True,
+        max_commit_attempts: int = 8,
         storage_options: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -208,7 +224,13 @@ class DeltaSink:
             ignore_failures_after_timeout=ignore_failures_after_timeout,
             warning_ratio=timeout_warning_ratio,
         )
-        self._target = TargetTable(self.target, storage_options=storage_options)
+        if not isinstance(max_commit_attempts, int) or max_commit_attempts < 1:
+            raise ConfigurationError(
+                f"max_commit_attempts must be an int ≥ 1, got {max_commit_attempts!r}."
+            )
+        self._target = TargetTable(
+            self.target, storage_options=storage_options, max_attempts=max_commit_attempts
+        )
         self._staging = StagingTable(
             self.staging, target=self.target, app_id=app_id, storage_options=storage_options
         )
@@ -216,7 +238,7 @@ class DeltaSink:
             target=self._target, staging=self._staging, app_id=app_id, spec=merge
         )
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
-            self._backend, app_id=app_id, timeouts=timeouts, clock=clock
+            self._backend, app_id=app_id, timeouts=timeouts, clock=clock, coalesce=coalesce
         )
 
     def __repr__(self) -> str:
@@ -312,6 +334,26 @@ class DeltaSink:
             merge=self._staging.recorded_spec(),
         )
 
+    def gc(
+        self, retention: timedelta | float = timedelta(days=7), *, dry_run: bool = False
+    ) -> GcResult:
+        """Expire staging data nothing needs any more, and compact the staging log.
+
+        Removes files of committed, aborted and abandoned versions (and orphans of
+        failed stagings) older than ``retention``, then checkpoints the staging log
+        and drops expired log files. Staged, pending versions are never touched.
+        Safe to run while the job runs.
+
+        Args:
+            retention: Keep unreferenced files younger than this (timedelta or
+                seconds), for time travel and forensics.
+            dry_run: Only list what would be removed.
+        """
+        seconds = retention.total_seconds() if isinstance(retention, timedelta) else retention
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
+        return self._staging.gc(timedelta(seconds=seconds), dry_run=dry_run)
+
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """This writer's commits to the target, newest first, from the Delta history.
 
@@ -329,9 +371,11 @@ class DeltaSink:
             ):
                 continue
             metrics = commit.get("operationMetrics") or {}
+            version = int(commit["deltasink.batchVersion"])
             entries.append(
                 HistoryEntry(
-                    version=int(commit["deltasink.batchVersion"]),
+                    version=version,
+                    versions=tuple(int(v) for v in commit.get("deltasink.versions", [version])),
                     target_version=int(commit["version"]),
                     timestamp=datetime.fromtimestamp(commit["timestamp"] / 1000, timezone.utc),
                     operation=str(commit.get("operation")),

@@ -7,8 +7,16 @@ staged versions is therefore the set of partitions in the current snapshot: it i
 read from the Delta log alone, checkpoints included, with no extra file of ours.
 
 The table records whom it belongs to in its properties (``deltasink.target``,
-``deltasink.appId``) and the :class:`~deltasink.MergeSpec` its versions were staged
-with (``deltasink.mergeSpec``), so that an operator can recover without the job's code.
+``deltasink.appId``), the :class:`~deltasink.MergeSpec` its versions were staged with
+(``deltasink.mergeSpec``, so that an operator can recover without the job's code), and
+the current writer epoch (``deltasink.epoch``): every sink claims a new epoch with a
+metadata commit, which Delta's optimistic concurrency turns into fencing: an older
+writer's next staging commit conflicts, and its next call sees the newer epoch.
+
+Clean-up commits also record ``txn("<app_id>#committed", v)``: the highest version the
+writer saw committed. It guards against re-applying versions if the target's own
+``txn`` marker disappears (the table was rewritten, or its markers expired under
+``delta.setTransactionRetentionDuration``).
 """
 
 from __future__ import annotations
@@ -18,25 +26,27 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, Field
+from deltalake import DeltaTable, Field, Transaction
+from deltalake.exceptions import CommitFailedError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction
 
 from deltasink import _faults
 from deltasink.deltalog import arrow_schema, commit_properties, open_table
-from deltasink.errors import StagingOwnershipError
+from deltasink.errors import CommitError, FencedError, StagingOwnershipError
 from deltasink.protocol import DiscardReason, StagedVersion
 from deltasink.spec import MergeSpec
 
-__all__ = ["VERSION_COLUMN", "StagingTable"]
+__all__ = ["VERSION_COLUMN", "GcResult", "StagingTable"]
 
 logger = logging.getLogger("deltasink")
 
@@ -46,6 +56,24 @@ PROP_TARGET = "deltasink.target"
 PROP_APP = "deltasink.appId"
 PROP_FORMAT = "deltasink.format"
 PROP_SPEC = "deltasink.mergeSpec"
+PROP_EPOCH = "deltasink.epoch"
+COMMITTED_SUFFIX = "#committed"
+_CLAIM_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What :meth:`StagingTable.gc` removed (or would remove, on a dry run).
+
+    Attributes:
+        files: Data files no longer referenced by the staging snapshot that were
+            older than the retention: committed, aborted and abandoned versions, and
+            orphans of failed stagings.
+        dry_run: Whether nothing was actually deleted.
+    """
+
+    files: tuple[str, ...]
+    dry_run: bool
 
 
 class StagingTable:
@@ -164,34 +192,108 @@ class StagingTable:
             self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
         return self._fs
 
-    def _ensure(self, schema: pa.Schema, spec: MergeSpec) -> DeltaTable:
+    def _create(self, schema: pa.Schema, spec: MergeSpec) -> DeltaTable:
+        full = pa.schema([*schema, pa.field(VERSION_COLUMN, pa.int64(), True)])
+        DeltaTable.create(
+            self.uri,
+            full,
+            mode="ignore",  # a concurrent creator wins; the claim below sorts it out
+            partition_by=[VERSION_COLUMN],
+            name="deltasink_staging",
+            description=f"deltasink staging for target {self.target}, app {self.app_id}",
+            configuration={
+                PROP_TARGET: self.target,
+                PROP_APP: self.app_id,
+                PROP_FORMAT: FORMAT,
+                PROP_SPEC: spec.to_json(),
+                PROP_EPOCH: "0",
+            },
+            storage_options=self._options,
+            raise_if_key_not_exists=False,
+        )
+        table = self.open()
+        assert table is not None
+        return table
+
+    def epoch(self) -> int | None:
+        """The current writer epoch, or ``None`` if the table does not exist."""
         table = self.open()
         if table is None:
-            full = pa.schema([*schema, pa.field(VERSION_COLUMN, pa.int64(), True)])
-            DeltaTable.create(
-                self.uri,
-                full,
-                mode="ignore",
-                partition_by=[VERSION_COLUMN],
-                name="deltasink_staging",
-                description=f"deltasink staging for target {self.target}, app {self.app_id}",
-                configuration={
-                    PROP_TARGET: self.target,
-                    PROP_APP: self.app_id,
-                    PROP_FORMAT: FORMAT,
-                    PROP_SPEC: spec.to_json(),
-                },
-                storage_options=self._options,
-                raise_if_key_not_exists=False,
+            return None
+        return int(table.metadata().configuration.get(PROP_EPOCH, "0"))
+
+    def claim(self, schema: pa.Schema | None, spec: MergeSpec) -> int | None:
+        """Claim a new writer epoch (creating the table first when ``schema`` is given).
+
+        Returns:
+            The claimed epoch, or ``None`` when the table does not exist and no
+            ``schema`` was given (nothing is staged, so there is nothing to fence).
+        """
+        table = self.open()
+        if table is None:
+            if schema is None:
+                return None
+            table = self._create(schema, spec)
+        for _ in range(_CLAIM_ATTEMPTS):
+            epoch = int(table.metadata().configuration.get(PROP_EPOCH, "0")) + 1
+            try:
+                table.alter.set_table_properties(
+                    {PROP_EPOCH: str(epoch)},
+                    raise_if_not_exists=False,
+                    commit_properties=commit_properties(
+                        app_id=self.app_id,
+                        version=None,
+                        operation="claim-epoch",
+                        extra={"deltasink.epoch": epoch},
+                    ),
+                )
+            except CommitFailedError:  # another writer claimed at the same time
+                table.update_incremental()
+                continue
+            logger.debug("app %r claimed staging epoch %s", self.app_id, epoch)
+            return epoch
+        raise CommitError(
+            f"could not claim a writer epoch on {self.uri} after {_CLAIM_ATTEMPTS} attempts: "
+            "other writers with the same app_id keep claiming it. Run one writer per app_id.",
+            table=self.uri,
+            app_id=self.app_id,
+        )
+
+    def check_epoch(self, epoch: int) -> DeltaTable:
+        """The table at its latest version, if ``epoch`` is still the current one.
+
+        Raises:
+            FencedError: A newer writer claimed the table.
+        """
+        table = self.open()
+        assert table is not None
+        current = int(table.metadata().configuration.get(PROP_EPOCH, "0"))
+        if current != epoch:
+            raise FencedError(
+                f"app {self.app_id!r} on {self.target}: another writer with the same app_id "
+                f"took over the staging table (epoch {current}; this sink holds epoch "
+                f"{epoch}). This sink must stop; the newer writer carries on. If that one "
+                "is gone, create a new DeltaSink to take over.",
+                epoch=epoch,
+                current_epoch=current,
+                table=self.uri,
+                app_id=self.app_id,
             )
-            table = self.open()
-            assert table is not None
-            return table
+        return table
+
+    def _evolve(self, table: DeltaTable, schema: pa.Schema) -> None:
         current = arrow_schema(table)
         new = [f for f in schema if f.name not in current.names]
         if new:
             table.alter.add_columns([Field.from_arrow(f) for f in new])
-        return table
+
+    def committed_mark(self) -> int | None:
+        """The highest committed version recorded by a clean-up commit, if any."""
+        table = self.open()
+        if table is None:
+            return None
+        mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
+        return mark
 
     def record_spec(self, spec: MergeSpec) -> None:
         """Record ``spec`` as the one future versions are staged with."""
@@ -199,13 +301,18 @@ class StagingTable:
         if table is not None and table.metadata().configuration.get(PROP_SPEC) != spec.to_json():
             table.alter.set_table_properties({PROP_SPEC: spec.to_json()}, raise_if_not_exists=False)
 
-    def append(self, version: int, data: pa.Table, spec: MergeSpec) -> StagedVersion:
+    def append(self, version: int, data: pa.Table, *, epoch: int) -> StagedVersion:
         """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``.
 
         A failure before the commit leaves at most an unreferenced file (removed here
         when possible, otherwise by ``VACUUM``); the version is then not staged.
+
+        Raises:
+            FencedError: ``epoch`` is no longer current (checked before writing, and
+                again if the commit conflicts).
         """
-        table = self._ensure(data.schema, spec)
+        table = self.check_epoch(epoch)
+        self._evolve(table, data.schema)
         relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.snappy.parquet"
         fs = self._filesystem()
         with fs.open_output_stream(relative) as out, pq.ParquetWriter(out, data.schema) as writer:
@@ -230,38 +337,77 @@ class StagingTable:
                     app_id=self.app_id,
                     version=version,
                     operation="stage",
-                    extra={"deltasink.rows": data.num_rows, "deltasink.target": self.target},
+                    extra={
+                        "deltasink.rows": data.num_rows,
+                        "deltasink.target": self.target,
+                        "deltasink.epoch": epoch,
+                    },
                 ),
             )
+        except CommitFailedError:
+            self._remove_orphan(fs, relative)
+            self.check_epoch(epoch)  # a newer writer's claim is the usual cause
+            raise
         except BaseException:
-            try:
-                fs.delete_file(relative)
-            except Exception:  # the file is unreferenced: VACUUM removes it later
-                logger.debug("could not remove orphan staging file %s", relative)
+            self._remove_orphan(fs, relative)
             raise
         _faults.point("stage.after_log_commit")
         return StagedVersion(
             version, data.num_rows, datetime.fromtimestamp(now_ms / 1000, timezone.utc)
         )
 
-    def drop(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
+    @staticmethod
+    def _remove_orphan(fs: pafs.FileSystem, relative: str) -> None:
+        try:
+            fs.delete_file(relative)
+        except Exception:  # the file is unreferenced: VACUUM removes it later
+            logger.debug("could not remove orphan staging file %s", relative)
+
+    def drop(self, versions: Sequence[int], *, reason: DiscardReason, epoch: int | None) -> None:
         """Remove the staged data of ``versions`` in one Delta commit.
 
         The files stay on storage (reachable by time travel) until ``VACUUM`` removes
         them after the table's retention; that is how aborted and abandoned versions
         remain inspectable for a while.
         """
-        table = self.open()
-        if table is None or not versions:
+        if not versions or self.open() is None:
             return
+        table = self.check_epoch(epoch) if epoch is not None else self.open()
+        assert table is not None
         _faults.point("discard.before_log_commit")
         listed = ", ".join(str(v) for v in sorted(versions))
-        table.delete(
-            f"{VERSION_COLUMN} IN ({listed})",
-            commit_properties=commit_properties(
-                app_id=self.app_id,
-                version=None,
-                operation=f"discard-{reason}",
-                extra={"deltasink.versions": sorted(versions)},
-            ),
+        props = commit_properties(
+            app_id=self.app_id,
+            version=None,
+            operation=f"discard-{reason}",
+            extra={"deltasink.versions": sorted(versions)},
         )
+        if reason == "committed":
+            props.app_transactions = [
+                Transaction(app_id=self.app_id + COMMITTED_SUFFIX, version=max(versions))
+            ]
+        table.delete(f"{VERSION_COLUMN} IN ({listed})", commit_properties=props)
+
+    def gc(self, retention: timedelta, *, dry_run: bool = False) -> GcResult:
+        """Expire what no staged version needs any more, and compact the log.
+
+        Deletes data files that the current snapshot no longer references and that
+        are older than ``retention`` (VACUUM): the staging data of committed, aborted
+        and abandoned versions, and orphans of failed stagings. Then writes a
+        checkpoint and removes expired log files, so reading the staging state stays
+        fast after thousands of versions. Staged versions are never touched.
+        """
+        table = self.open()
+        if table is None:
+            return GcResult((), dry_run)
+        files = table.vacuum(
+            retention_hours=int(retention.total_seconds() // 3600),
+            dry_run=dry_run,
+            enforce_retention_duration=False,
+            commit_properties=commit_properties(app_id=self.app_id, version=None, operation="gc"),
+        )
+        if not dry_run:
+            table.update_incremental()
+            table.create_checkpoint()
+            table.cleanup_metadata()
+        return GcResult(tuple(sorted(files)), dry_run)

@@ -3,25 +3,31 @@ data change and the ``txn(app_id, version)`` marker in the same commit."""
 
 from __future__ import annotations
 
+import logging
+import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN
 from deltasink.deltalog import arrow_schema, commit_properties, open_table
+from deltasink.errors import CommitError
 from deltasink.merge import SOURCE, TARGET, compile_merge
 from deltasink.protocol import CommitResult
 from deltasink.schema import align_to_target
 from deltasink.spec import MergeSpec
 
 __all__ = ["TargetTable"]
+
+logger = logging.getLogger("deltasink")
 
 
 class TargetTable:
@@ -32,8 +38,15 @@ class TargetTable:
         storage_options: delta-rs storage options.
     """
 
-    def __init__(self, uri: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        max_attempts: int = 8,
+    ) -> None:
         self.uri = uri
+        self.max_attempts = max_attempts
         self._options = dict(storage_options or {})
         self._table: DeltaTable | None = None
 
@@ -65,21 +78,81 @@ class TargetTable:
         spec: MergeSpec,
         app_id: str,
         version: int,
+        versions: Sequence[int] = (),
         metadata: Mapping[str, Any],
+        before_attempt: Callable[[], None] | None = None,
     ) -> CommitResult:
-        """Apply one staged version in one Delta commit carrying ``txn(app_id, version)``.
+        """Apply staged data in one Delta commit carrying ``txn(app_id, version)``.
 
         Idempotent: returns ``already_committed`` without writing when the target's
         marker for ``app_id`` is already ≥ ``version``. Creates the target from the
-        batch when it does not exist yet.
+        batch when it does not exist yet. A commit that conflicts with a concurrent
+        writer (Delta's optimistic concurrency) is redone on the new table state, up
+        to ``max_attempts`` times with jittered backoff.
+
+        Args:
+            data: The staged rows (one version, or several coalesced).
+            spec: The merge spec.
+            app_id: The writer.
+            version: The (highest) version applied: the marker.
+            versions: Every version applied, when several were coalesced.
+            metadata: Extra commit metadata.
+            before_attempt: Called before each attempt (the writer's fencing check).
+
+        Raises:
+            CommitError: Conflicts persisted after ``max_attempts`` attempts.
         """
+        extra = dict(metadata)
+        if len(versions) > 1:
+            extra["deltasink.versions"] = list(versions)
+        for attempt in range(1, self.max_attempts + 1):
+            if before_attempt is not None:
+                before_attempt()
+            try:
+                result = self._apply_once(data, spec, app_id, version, extra, versions)
+            except CommitFailedError as exc:
+                if attempt == self.max_attempts:
+                    raise CommitError(
+                        f"the commit of version {version} into {self.uri} conflicted with "
+                        f"concurrent writers {attempt} times in a row (last: {exc}). "
+                        "Retry later (recover()), or reduce concurrent writes to the table.",
+                        table=self.uri,
+                        app_id=app_id,
+                        version=version,
+                    ) from exc
+                delay = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
+                logger.info(
+                    "commit of version %s into %s conflicted (%s); attempt %s/%s in %.2f s",
+                    version,
+                    self.uri,
+                    exc,
+                    attempt + 1,
+                    self.max_attempts,
+                    delay,
+                )
+                time.sleep(delay)
+                continue
+            if len(versions) > 1:
+                result = replace(result, versions=tuple(versions))
+            return result
+        raise AssertionError("unreachable")
+
+    def _apply_once(
+        self,
+        data: pa.Table,
+        spec: MergeSpec,
+        app_id: str,
+        version: int,
+        metadata: Mapping[str, Any],
+        versions: Sequence[int],
+    ) -> CommitResult:
         start = time.perf_counter()
         props = commit_properties(
             app_id=app_id, version=version, operation="commit", extra=metadata
         )
         table = self.open()
         if table is None:
-            created = self._create(data, props)
+            created = self._create(data, props, list(versions) or [version])
             if created is not None:
                 return self._result(version, data, created, start, inserted=created[1])
             table = self.open()
@@ -87,6 +160,16 @@ class TargetTable:
         marker = table.transaction_version(app_id)
         if marker is not None and marker >= version:
             return CommitResult(version, "already_committed", rows=data.num_rows)
+        if marker is not None and versions and marker >= versions[0]:
+            # Another writer committed part of this coalesced run meanwhile: applying
+            # the whole run would apply that part twice. The caller goes one by one.
+            raise CommitError(
+                f"the target's marker moved to {marker}, inside the coalesced versions "
+                f"{list(versions)}",
+                table=self.uri,
+                app_id=app_id,
+                version=version,
+            )
         flag = data.column(DELETE_COLUMN) if DELETE_COLUMN in data.column_names else None
         values = data.drop_columns([DELETE_COLUMN]) if flag is not None else data
         values = align_to_target(
@@ -97,6 +180,7 @@ class TargetTable:
             non_null_mask=None if flag is None else pc.invert(flag),
         )
         before = table.version()
+        _faults.point("publish.before_target_commit", versions=list(versions) or [version])
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
             for column in arrow_schema(table):  # Delta fills absent nullable columns
@@ -147,12 +231,13 @@ class TargetTable:
             duration_s=time.perf_counter() - start,
         )
 
-    def _create(self, data: pa.Table, props: Any) -> tuple[int, int] | None:
+    def _create(self, data: pa.Table, props: Any, versions: list[int]) -> tuple[int, int] | None:
         """Create the target from the batch's inserted rows; ``None`` if another writer
         created it first (the caller then merges)."""
         rows = data
         if DELETE_COLUMN in data.column_names:
             rows = data.filter(pc.invert(data.column(DELETE_COLUMN))).drop_columns([DELETE_COLUMN])
+        _faults.point("publish.before_target_commit", versions=versions)
         try:
             write_deltalake(
                 self.uri, rows, mode="error", commit_properties=props, storage_options=self._options

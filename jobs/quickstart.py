@@ -98,10 +98,10 @@ def main() -> None:
 
     # 4. The restarted job: a fresh sink finds the staged versions in the Delta logs.
     sink = DeltaSink(target=target, app_id=APP_ID, merge=MERGE)
-    report = sink.recover()
+    report = sink.recover()  # pending versions are applied in one target commit
     for result in report.results:
         print(
-            f"recovered version {result.version}: {result.outcome}, "
+            f"recovered versions {list(result.all_versions)}: {result.outcome}, "
             f"+{result.rows_inserted} ~{result.rows_updated} -{result.rows_deleted} rows "
             f"-> target table version {result.target_version}"
         )
@@ -118,9 +118,11 @@ def main() -> None:
         "GROUP BY status ORDER BY status"
     ).show()
     spark.sql(f"SELECT * FROM {table} ORDER BY order_id").show()
-    print(
-        f"deltasink history: {[(e.version, e.target_version, e.operation) for e in sink.history()]}"
-    )
+    for entry in sink.history():
+        print(
+            f"history: versions {list(entry.versions)} -> target table version "
+            f"{entry.target_version} ({entry.operation})"
+        )
     print(f"quickstart finished in {time.perf_counter() - started:.1f} s")
     if not args.lake and not args.keep:
         shutil.rmtree(lake, ignore_errors=True)

@@ -53,7 +53,10 @@ def staged_versions(staging: str) -> list[int]:
 
 def staged_files_on_disk(staging: str) -> list[str]:
     """Every Parquet file under the staging directory (referenced or not)."""
-    return sorted(str(p.relative_to(staging)) for p in Path(staging).rglob("*.parquet"))
+    root = Path(staging)
+    return sorted(
+        str(p.relative_to(root)) for p in root.rglob("*.parquet") if "_delta_log" not in p.parts
+    )
 
 
 def log_commits(uri: str) -> dict[int, list[dict[str, Any]]]:

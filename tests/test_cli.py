@@ -97,10 +97,9 @@ def test_history(job: DeltaSink) -> None:
     job.recover()
     code, output = invoke("history", job.target, "--app", "orders", "--json")
     assert code == 0
-    assert [(e["version"], e["target_version"]) for e in json.loads(output)] == [
-        (2, 2),
-        (1, 1),
-        (0, 0),
+    assert [(e["versions"], e["target_version"]) for e in json.loads(output)] == [
+        ([1, 2], 1),  # the two pending versions were coalesced into one commit
+        ([0], 0),
     ]
     code, output = invoke("history", job.target, "--app", "orders")
     assert code == 0

@@ -1,4 +1,5 @@
-"""The SPEC contract on the embedded backend (delta-rs), with Arrow and Spark input."""
+"""The SPEC contract on the embedded backend (delta-rs): Arrow input with coalesced
+commits (the default), Spark input with one target commit per version."""
 
 from __future__ import annotations
 
@@ -28,4 +29,9 @@ class TestEmbeddedSparkInput(SinkContract):
         def spark_batch(ids: list[int]) -> Any:
             return spark.createDataFrame([(i, f"v{i}") for i in ids], "id long, value string")
 
-        return Harness(target=target, app_id="contract-spark", make_batch=spark_batch)
+        return Harness(
+            target=target,
+            app_id="contract-spark",
+            make_batch=spark_batch,
+            sink_kwargs={"coalesce": False},  # one target commit per version
+        )

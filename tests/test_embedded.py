@@ -151,7 +151,7 @@ def test_target_created_by_the_sink_is_nullable_and_readable(spark: Any, target:
 
 
 def test_readers_see_whole_batches_at_every_table_version(spark: Any, target: str) -> None:
-    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]), coalesce=False)
     batches = [[1, 2, 3], [4, 5], [6]]
     for version, ids in enumerate(batches):
         sink.pre_commit(pa.table({"id": ids, "value": ["x"] * len(ids)}), version)

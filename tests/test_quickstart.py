@@ -23,8 +23,8 @@ def test_quickstart_job(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "pre-committed version 2: 3 rows staged" in out
-    assert "recovered version 1: committed" in out
-    assert "recovered version 2: committed" in out
+    assert "recovered versions [1, 2]: committed, +2 ~2 -1 rows -> target table version 1" in out
+    assert "history: versions [1, 2] -> target table version 1 (MERGE)" in out
     assert "replayed version 2: nothing to do (already committed)" in out
     target = str(tmp_path / "silver" / "orders")
     assert [r["order_id"] for r in support.rows(target, sort_by="order_id")] == [

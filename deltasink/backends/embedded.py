@@ -7,12 +7,14 @@ so the staging append and the target MERGE each carry ``txn(app_id, version)``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import collect, prepare
+from deltasink.batch import coalesce, collect, prepare
 from deltasink.errors import ConfigurationError
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.spec import MergeSpec
@@ -21,9 +23,14 @@ from deltasink.target import TargetTable
 
 __all__ = ["EmbeddedBackend"]
 
+logger = logging.getLogger("deltasink")
+
 
 class EmbeddedBackend:
-    """:class:`~deltasink.protocol.Participant` over delta-rs.
+    """:class:`~deltasink.protocol.Participant` over delta-rs (with coalescing).
+
+    Fencing: the first write of a backend object claims a new epoch in the staging
+    table; every later write checks it is still current (see ``staging.py``).
 
     Args:
         target: The target table.
@@ -47,8 +54,12 @@ class EmbeddedBackend:
         self.staging = staging
         self.app_id = app_id
         self._spec = spec
+        self._epoch: int | None = None
+        self._warned_mark: int | None = None
         # The last staged batch, kept so that write() publishes without re-reading it.
         self._last: tuple[int, pa.Table] | None = None
+
+    # -- configuration -------------------------------------------------------------
 
     def spec_for_new_versions(self) -> MergeSpec:
         """The spec new versions are staged with."""
@@ -66,8 +77,52 @@ class EmbeddedBackend:
         """The spec staged versions are committed with (the one they were staged with)."""
         return self.staging.recorded_spec() or self.spec_for_new_versions()
 
+    # -- fencing ---------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int | None:
+        """This writer's epoch, once claimed."""
+        return self._epoch
+
+    def claim(self) -> None:
+        """Take over the writer role now (``recover()`` calls this first); a no-op if
+        this backend already holds the current epoch, or if nothing is staged yet."""
+        if self._epoch is None:
+            self._fence()
+        else:
+            self.staging.check_epoch(self._epoch)
+
+    def _fence(self, schema: pa.Schema | None = None) -> int | None:
+        """Claim an epoch on first use, check it afterwards. ``None``: no staging table
+        exists and none is being created, so there is nothing to fence."""
+        if self._epoch is None:
+            spec = self._spec or self.staging.recorded_spec()
+            self._epoch = self.staging.claim(schema, spec) if spec is not None else None
+        else:
+            self.staging.check_epoch(self._epoch)
+        return self._epoch
+
+    # -- Participant -------------------------------------------------------------------
+
     def read_state(self) -> LogState:
-        return LogState(self.target.committed_version(self.app_id), self.staging.versions())
+        committed = self.target.committed_version(self.app_id)
+        mark = self.staging.committed_mark()
+        if mark is not None and (committed is None or mark > committed):
+            if self._warned_mark != mark:
+                logger.warning(
+                    "app %r: the target %s records version %s as committed but the "
+                    "staging table saw %s committed; the target was rewritten or its txn "
+                    "markers expired (delta.setTransactionRetentionDuration). Versions ≤ "
+                    "%s are not applied again.",
+                    self.app_id,
+                    self.target.uri,
+                    committed,
+                    mark,
+                    mark,
+                )
+                self._warned_mark = mark
+            committed = mark
+        return LogState(committed, self.staging.versions())
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         spec = self.spec_for_new_versions()
@@ -85,28 +140,58 @@ class EmbeddedBackend:
                 )
         data = prepare(collect(batch, spec), spec, self.target.schema(), target=self.target.uri)
         _faults.point("stage.before_write")
+        if self._epoch is None:
+            self._epoch = self.staging.claim(data.schema, spec)
+        assert self._epoch is not None
         if recorded is not None and recorded != spec:
+            self.staging.check_epoch(self._epoch)
             self.staging.record_spec(spec)
-        staged = self.staging.append(version, data, spec)
+        staged = self.staging.append(version, data, epoch=self._epoch)
         self._last = (version, data)
         return staged
 
+    def _data(self, version: int) -> pa.Table:
+        if self._last is not None and self._last[0] == version:
+            return self._last[1]
+        return self.staging.read(version)
+
+    def _check(self) -> None:
+        if self._epoch is not None:
+            self.staging.check_epoch(self._epoch)
+
     def publish(self, staged: StagedVersion) -> CommitResult:
-        if self._last is not None and self._last[0] == staged.version:
-            data = self._last[1]
-        else:
-            data = self.staging.read(staged.version)
+        self._fence()
         result = self.target.apply(
-            data,
+            self._data(staged.version),
             spec=self.spec_for_staged(),
             app_id=self.app_id,
             version=staged.version,
             metadata={"deltasink.staging": self.staging.uri, "deltasink.rows": staged.rows},
+            before_attempt=self._check,
         )
         self._last = None
         return result
 
+    def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
+        self._fence()
+        spec = self.spec_for_staged()
+        data = coalesce([(s.version, self._data(s.version)) for s in staged], spec)
+        result = self.target.apply(
+            data,
+            spec=spec,
+            app_id=self.app_id,
+            version=staged[-1].version,
+            versions=[s.version for s in staged],
+            metadata={
+                "deltasink.staging": self.staging.uri,
+                "deltasink.rows": sum(s.rows for s in staged),
+            },
+            before_attempt=self._check,
+        )
+        self._last = None
+        return replace(result, rows=sum(s.rows for s in staged))
+
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
-        self.staging.drop(versions, reason=reason)
+        self.staging.drop(versions, reason=reason, epoch=self._fence())
         if self._last is not None and self._last[0] in versions:
             self._last = None
