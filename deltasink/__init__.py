@@ -29,8 +29,9 @@ from deltasink.errors import (
     SchemaMismatchError,
     StagingOwnershipError,
 )
+from deltasink.history import HistoryEntry
 from deltasink.protocol import CommitReport, CommitResult, Committable, StagedVersion
-from deltasink.sink import DeltaSink, HistoryEntry, SinkStatus
+from deltasink.sink import DeltaSink, SinkStatus
 from deltasink.spec import MergeSpec
 from deltasink.staging import GcResult
 

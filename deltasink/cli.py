@@ -106,7 +106,7 @@ def _status_table(status: SinkStatus, now: datetime) -> Table:
     table = Table(title=f"app [bold]{status.app_id}[/] → {status.target}", title_justify="left")
     table.add_column("field", style="dim")
     table.add_column("value")
-    table.add_row("engine", status.engine)
+    table.add_row("engine", f"{status.engine} [dim]({status.engine_reason})[/]")
     table.add_row("staging", status.staging)
     table.add_row(
         "target exists", "yes" if status.target_exists else "no (created on first commit)"

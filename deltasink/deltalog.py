@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -13,6 +13,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from deltasink._version import __version__
 from deltasink.errors import NotADeltaTableError
+from deltasink.history import user_metadata
 
 __all__ = [
     "arrow_schema",
@@ -72,18 +73,20 @@ def commit_properties(
     version: int | None,
     operation: str,
     extra: Mapping[str, Any] | None = None,
+    versions: Sequence[int] = (),
 ) -> CommitProperties:
     """Commit properties for a deltasink commit: the ``txn`` marker (when ``version``
     is given) and commit metadata naming the library, the app and the batch."""
     metadata: dict[str, Any] = {
-        "userMetadata": f"deltasink {operation} app={app_id}"
-        + (f" version={version}" if version is not None else ""),
+        "userMetadata": user_metadata(operation, app_id, version, versions),
         "deltasink.operation": operation,
         "deltasink.appId": app_id,
         "deltasink.libraryVersion": __version__,
     }
     if version is not None:
         metadata["deltasink.batchVersion"] = version
+    if len(versions) > 1:
+        metadata["deltasink.versions"] = list(versions)
     metadata.update(extra or {})
     transactions = [Transaction(app_id=app_id, version=version)] if version is not None else None
     return CommitProperties(custom_metadata=metadata, app_transactions=transactions)

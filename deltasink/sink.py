@@ -8,11 +8,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, get_args
 
+from deltasink.backends import Backend, Engine, is_catalog_name, select_engine
 from deltasink.backends.embedded import EmbeddedBackend
 from deltasink.deltalog import normalize_uri
 from deltasink.errors import ConfigurationError
+from deltasink.history import HistoryEntry
 from deltasink.protocol import (
     CommitReport,
     Committable,
@@ -24,7 +26,7 @@ from deltasink.spec import MergeSpec
 from deltasink.staging import GcResult, StagingTable
 from deltasink.target import TargetTable
 
-__all__ = ["DeltaSink", "HistoryEntry", "SinkStatus", "default_staging"]
+__all__ = ["DeltaSink", "SinkStatus", "default_staging"]
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 STAGING_SUFFIX = "_deltasink_staging"
@@ -47,7 +49,8 @@ class SinkStatus:
         target: The target table location.
         staging: The staging table location.
         app_id: The writer.
-        engine: The backend doing the Delta writes.
+        engine: The backend doing the Delta writes (``embedded`` or ``spark``).
+        engine_reason: Why that backend was chosen.
         committed_version: The target's committed ``txn`` version, or ``None``.
         pending_versions: Staged, uncommitted versions, ascending.
         pending: The same, with rows and staging time.
@@ -60,6 +63,7 @@ class SinkStatus:
     staging: str
     app_id: str
     engine: str
+    engine_reason: str
     committed_version: int | None
     pending_versions: list[int]
     pending: tuple[StagedVersion, ...] = ()
@@ -75,6 +79,7 @@ class SinkStatus:
             "staging": self.staging,
             "app_id": self.app_id,
             "engine": self.engine,
+            "engine_reason": self.engine_reason,
             "target_exists": self.target_exists,
             "committed_version": self.committed_version,
             "pending_versions": self.pending_versions,
@@ -98,48 +103,6 @@ def json_spec(spec: MergeSpec) -> dict[str, Any]:
 
     data: dict[str, Any] = json.loads(spec.to_json())
     return data
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One target commit made by this writer (from the target's Delta history).
-
-    Attributes:
-        version: The batch version committed (the highest, when several were
-            coalesced into this commit).
-        versions: Every batch version this commit applied, ascending.
-        target_version: The target's Delta table version of that commit.
-        timestamp: When the commit was made (UTC).
-        operation: The Delta operation (``MERGE``, ``WRITE``, ...).
-        rows_inserted: Target rows inserted, when recorded.
-        rows_updated: Target rows updated, when recorded.
-        rows_deleted: Target rows deleted, when recorded.
-        execution_ms: The engine's reported execution time, when recorded.
-    """
-
-    version: int
-    versions: tuple[int, ...]
-    target_version: int
-    timestamp: datetime
-    operation: str
-    rows_inserted: int | None = None
-    rows_updated: int | None = None
-    rows_deleted: int | None = None
-    execution_ms: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "version": self.version,
-            "versions": list(self.versions),
-            "target_version": self.target_version,
-            "timestamp": self.timestamp.isoformat(),
-            "operation": self.operation,
-            "rows_inserted": self.rows_inserted,
-            "rows_updated": self.rows_updated,
-            "rows_deleted": self.rows_deleted,
-            "execution_ms": self.execution_ms,
-        }
 
 
 class DeltaSink:
@@ -175,6 +138,13 @@ class DeltaSink:
             by one). Falls back to one by one if that commit fails.
         max_commit_attempts: Attempts per target commit when concurrent writers
             conflict (Delta optimistic concurrency), with jittered backoff.
+        engine: Who makes the Delta commits: ``"embedded"`` (delta-rs; any Spark
+            session or Arrow input), ``"spark"`` (the Spark session itself, with
+            Delta's idempotent writes; Databricks or delta-spark), or ``"auto"``
+            (default): ``spark`` for a Delta-enabled session (Databricks, or the
+            DeltaSparkSessionExtension) or a catalog table name, else ``embedded``.
+            ``status()`` reports the choice and why.
+        spark: The session for the ``spark`` engine (default: the active session).
         storage_options: delta-rs storage options for object stores.
         clock: Seconds since the epoch (default :func:`time.time`); for tests.
 
@@ -199,6 +169,8 @@ class DeltaSink:
         timeout_warning_ratio: float | None = None,
         coalesce: bool = True,
         max_commit_attempts: int = 8,
+        engine: Engine = "auto",
+        spark: Any = None,
         storage_options: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -212,9 +184,22 @@ class DeltaSink:
             )
         if merge is not None and not isinstance(merge, MergeSpec):
             raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
-        self.target = normalize_uri(target)
+        if engine not in get_args(Engine):
+            raise ConfigurationError(
+                f"engine must be one of {list(get_args(Engine))}, got {engine!r}."
+            )
+        chosen, self.engine_reason = select_engine(engine, spark, os.fspath(target))
+        catalog = is_catalog_name(os.fspath(target))
+        self.target = os.fspath(target) if catalog else normalize_uri(target)
         self.app_id = app_id
-        self.staging = normalize_uri(staging) if staging else default_staging(self.target, app_id)
+        if staging:
+            self.staging = staging if is_catalog_name(staging) else normalize_uri(staging)
+        elif catalog:
+            self.staging = (
+                f"{self.target}__deltasink_staging_{app_id.replace('-', '_').replace('.', '_')}"
+            )
+        else:
+            self.staging = default_staging(self.target, app_id)
         if self.staging == self.target:
             raise ConfigurationError(
                 "staging must be a different location than target.", table=self.target
@@ -228,15 +213,37 @@ class DeltaSink:
             raise ConfigurationError(
                 f"max_commit_attempts must be an int ≥ 1, got {max_commit_attempts!r}."
             )
-        self._target = TargetTable(
-            self.target, storage_options=storage_options, max_attempts=max_commit_attempts
-        )
-        self._staging = StagingTable(
-            self.staging, target=self.target, app_id=app_id, storage_options=storage_options
-        )
-        self._backend = EmbeddedBackend(
-            target=self._target, staging=self._staging, app_id=app_id, spec=merge
-        )
+        self._backend: Backend
+        if chosen == "spark":
+            from deltasink.backends.spark import SparkBackend
+
+            self._backend = SparkBackend(
+                spark=spark,
+                target=self.target,
+                staging=self.staging,
+                app_id=app_id,
+                spec=merge,
+                max_attempts=max_commit_attempts,
+                storage_options=storage_options,
+            )
+        else:
+            if catalog:
+                raise ConfigurationError(
+                    f"target {self.target!r} is a catalog table name; the embedded engine "
+                    "writes Delta tables by path. Pass a path, or use engine='spark' with a "
+                    "Delta-enabled session.",
+                    table=self.target,
+                )
+            self._backend = EmbeddedBackend(
+                target=TargetTable(
+                    self.target, storage_options=storage_options, max_attempts=max_commit_attempts
+                ),
+                staging=StagingTable(
+                    self.staging, target=self.target, app_id=app_id, storage_options=storage_options
+                ),
+                app_id=app_id,
+                spec=merge,
+            )
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
             self._backend, app_id=app_id, timeouts=timeouts, clock=clock, coalesce=coalesce
         )
@@ -326,12 +333,13 @@ class DeltaSink:
             staging=self.staging,
             app_id=self.app_id,
             engine=self.engine,
+            engine_reason=self.engine_reason,
             committed_version=state.committed_version,
             pending_versions=[s.version for s in state.pending],
             pending=state.pending,
             leftover_versions=[s.version for s in state.leftovers],
-            target_exists=self._target.open() is not None,
-            merge=self._staging.recorded_spec(),
+            target_exists=self._backend.target_exists(),
+            merge=self._backend.recorded_spec(),
         )
 
     def gc(
@@ -352,7 +360,7 @@ class DeltaSink:
         seconds = retention.total_seconds() if isinstance(retention, timedelta) else retention
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
             raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
-        return self._staging.gc(timedelta(seconds=seconds), dry_run=dry_run)
+        return self._backend.gc(timedelta(seconds=seconds), dry_run=dry_run)
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """This writer's commits to the target, newest first, from the Delta history.
@@ -360,36 +368,4 @@ class DeltaSink:
         Args:
             limit: Look at most at this many of the target's most recent commits.
         """
-        table = self._target.open()
-        if table is None:
-            return []
-        entries = []
-        for commit in table.history(limit):
-            if (
-                commit.get("deltasink.appId") != self.app_id
-                or "deltasink.batchVersion" not in commit
-            ):
-                continue
-            metrics = commit.get("operationMetrics") or {}
-            version = int(commit["deltasink.batchVersion"])
-            entries.append(
-                HistoryEntry(
-                    version=version,
-                    versions=tuple(int(v) for v in commit.get("deltasink.versions", [version])),
-                    target_version=int(commit["version"]),
-                    timestamp=datetime.fromtimestamp(commit["timestamp"] / 1000, timezone.utc),
-                    operation=str(commit.get("operation")),
-                    rows_inserted=_int(metrics, "num_target_rows_inserted", "num_added_rows"),
-                    rows_updated=_int(metrics, "num_target_rows_updated"),
-                    rows_deleted=_int(metrics, "num_target_rows_deleted"),
-                    execution_ms=_int(metrics, "execution_time_ms"),
-                )
-            )
-        return entries
-
-
-def _int(metrics: Mapping[str, Any], *names: str) -> int | None:
-    for name in names:
-        if metrics.get(name) is not None:
-            return int(metrics[name])
-    return None
+        return self._backend.history(limit)

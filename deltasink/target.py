@@ -103,8 +103,6 @@ class TargetTable:
             CommitError: Conflicts persisted after ``max_attempts`` attempts.
         """
         extra = dict(metadata)
-        if len(versions) > 1:
-            extra["deltasink.versions"] = list(versions)
         for attempt in range(1, self.max_attempts + 1):
             if before_attempt is not None:
                 before_attempt()
@@ -148,7 +146,7 @@ class TargetTable:
     ) -> CommitResult:
         start = time.perf_counter()
         props = commit_properties(
-            app_id=app_id, version=version, operation="commit", extra=metadata
+            app_id=app_id, version=version, operation="commit", extra=metadata, versions=versions
         )
         table = self.open()
         if table is None:

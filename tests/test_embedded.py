@@ -272,6 +272,6 @@ def test_staged_rows_are_exactly_the_batch(target: str, batch_rows: int) -> None
     table = pa.table({"id": list(range(batch_rows)), "value": [str(i) for i in range(batch_rows)]})
     committable = sink.pre_commit(table, 0)
     assert committable.rows == batch_rows
-    staged = sink._staging.read(0)
+    staged = sink._backend.staging.read(0)  # type: ignore[attr-defined]
     assert staged.num_rows == batch_rows
     assert sorted(staged.column("id").to_pylist()) == list(range(batch_rows))

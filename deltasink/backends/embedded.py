@@ -10,15 +10,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 import pyarrow as pa
 
 from deltasink import _faults
 from deltasink.batch import coalesce, collect, prepare
 from deltasink.errors import ConfigurationError
+from deltasink.history import HistoryEntry, history_from_commits
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.spec import MergeSpec
-from deltasink.staging import StagingTable
+from deltasink.staging import GcResult, StagingTable
 from deltasink.target import TargetTable
 
 __all__ = ["EmbeddedBackend"]
@@ -41,6 +43,7 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
+    reason = "delta-rs makes every Delta commit"
 
     def __init__(
         self,
@@ -195,3 +198,20 @@ class EmbeddedBackend:
         self.staging.drop(versions, reason=reason, epoch=self._fence())
         if self._last is not None and self._last[0] in versions:
             self._last = None
+
+    # -- Backend ------------------------------------------------------------------------
+
+    def recorded_spec(self) -> MergeSpec | None:
+        return self.staging.recorded_spec()
+
+    def target_exists(self) -> bool:
+        return self.target.open() is not None
+
+    def history(self, limit: int | None) -> list[HistoryEntry]:
+        table = self.target.open()
+        if table is None:
+            return []
+        return history_from_commits(table.history(limit), self.app_id)
+
+    def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
+        return self.staging.gc(retention, dry_run=dry_run)

@@ -1,0 +1,133 @@
+"""The commit ledger: which target commit applied which versions of a writer.
+
+Read from the target's Delta history. Each deltasink commit carries commit metadata:
+``deltasink.appId`` / ``deltasink.batchVersion`` / ``deltasink.versions`` where the
+engine can write custom keys (delta-rs), and always a ``userMetadata`` string
+``deltasink commit app=<app_id> version=<v>[ versions=<v1,v2,...>]`` (the only field
+Spark's writers can set), so the ledger can be rebuilt from either.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["HistoryEntry", "history_from_commits", "user_metadata"]
+
+_USER_METADATA = re.compile(
+    r"^deltasink commit app=(?P<app>\S+) version=(?P<version>\d+)(?: versions=(?P<versions>[\d,]+))?"
+)
+
+
+def user_metadata(
+    operation: str, app_id: str, version: int | None, versions: Iterable[int] = ()
+) -> str:
+    """The ``userMetadata`` text of a deltasink commit."""
+    text = f"deltasink {operation} app={app_id}"
+    if version is not None:
+        text += f" version={version}"
+    listed = list(versions)
+    if len(listed) > 1:
+        text += " versions=" + ",".join(str(v) for v in listed)
+    return text
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One target commit made by a writer (from the target's Delta history).
+
+    Attributes:
+        version: The batch version committed (the highest, when several were
+            coalesced into this commit).
+        versions: Every batch version this commit applied, ascending.
+        target_version: The target's Delta table version of that commit.
+        timestamp: When the commit was made (UTC).
+        operation: The Delta operation (``MERGE``, ``WRITE``, ...).
+        rows_inserted: Target rows inserted, when recorded.
+        rows_updated: Target rows updated, when recorded.
+        rows_deleted: Target rows deleted, when recorded.
+        execution_ms: The engine's reported execution time, when recorded.
+    """
+
+    version: int
+    versions: tuple[int, ...]
+    target_version: int
+    timestamp: datetime
+    operation: str
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
+    execution_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "version": self.version,
+            "versions": list(self.versions),
+            "target_version": self.target_version,
+            "timestamp": self.timestamp.isoformat(),
+            "operation": self.operation,
+            "rows_inserted": self.rows_inserted,
+            "rows_updated": self.rows_updated,
+            "rows_deleted": self.rows_deleted,
+            "execution_ms": self.execution_ms,
+        }
+
+
+def _int(metrics: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        if metrics.get(name) is not None:
+            return int(metrics[name])
+    return None
+
+
+def _versions(commit: Mapping[str, Any], app_id: str) -> tuple[int, ...] | None:
+    if commit.get("deltasink.appId") == app_id and "deltasink.batchVersion" in commit:
+        version = int(commit["deltasink.batchVersion"])
+        return tuple(int(v) for v in commit.get("deltasink.versions", [version]))
+    match = _USER_METADATA.match(str(commit.get("userMetadata") or ""))
+    if match is None or match["app"] != app_id:
+        return None
+    if match["versions"]:
+        return tuple(int(v) for v in match["versions"].split(","))
+    return (int(match["version"]),)
+
+
+def _timestamp(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return datetime.fromtimestamp(int(value) / 1000, timezone.utc)
+
+
+def history_from_commits(commits: Iterable[Mapping[str, Any]], app_id: str) -> list[HistoryEntry]:
+    """The entries of ``app_id`` among Delta history records (newest first).
+
+    Accepts delta-rs ``DeltaTable.history()`` dicts and Spark ``DESCRIBE HISTORY`` rows
+    as dicts (``version``, ``timestamp``, ``operation``, ``operationMetrics``,
+    ``userMetadata``).
+    """
+    entries = []
+    for commit in commits:
+        versions = _versions(commit, app_id)
+        if versions is None:
+            continue
+        metrics = commit.get("operationMetrics") or {}
+        entries.append(
+            HistoryEntry(
+                version=versions[-1],
+                versions=versions,
+                target_version=int(commit["version"]),
+                timestamp=_timestamp(commit["timestamp"]),
+                operation=str(commit.get("operation")),
+                rows_inserted=_int(
+                    metrics, "num_target_rows_inserted", "numTargetRowsInserted", "num_added_rows"
+                ),
+                rows_updated=_int(metrics, "num_target_rows_updated", "numTargetRowsUpdated"),
+                rows_deleted=_int(metrics, "num_target_rows_deleted", "numTargetRowsDeleted"),
+                execution_ms=_int(metrics, "execution_time_ms", "executionTimeMs"),
+            )
+        )
+    return entries
