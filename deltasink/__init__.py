@@ -13,6 +13,7 @@ MERGEs staged versions into the target with the marker in the same commit, and
 
 from __future__ import annotations
 
+from deltasink import checks, hooks
 from deltasink._version import __version__
 from deltasink.engine import embedded_spark
 from deltasink.errors import (
@@ -29,6 +30,7 @@ from deltasink.errors import (
     SchemaMismatchError,
     StagingOwnershipError,
 )
+from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.history import HistoryEntry
 from deltasink.protocol import CommitReport, CommitResult, Committable, StagedVersion
 from deltasink.sink import DeltaSink, SinkStatus
@@ -47,6 +49,9 @@ __all__ = [
     "DuplicateKeyError",
     "FencedError",
     "GcResult",
+    "GroupReport",
+    "GroupSnapshot",
+    "GroupStatus",
     "HistoryEntry",
     "InvalidInputError",
     "InvalidVersionError",
@@ -54,9 +59,12 @@ __all__ = [
     "MergeSpec",
     "NotADeltaTableError",
     "SchemaMismatchError",
+    "SinkGroup",
     "SinkStatus",
     "StagedVersion",
     "StagingOwnershipError",
     "__version__",
+    "checks",
     "embedded_spark",
+    "hooks",
 ]

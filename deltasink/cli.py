@@ -9,6 +9,8 @@ Exit codes:
     3  configuration error (not a Delta table, staging of another app, no MergeSpec)
     4  commit failed (the job's versions stay staged; fix the cause, run recover again)
     5  refused (e.g. aborting a version that is already committed)
+    6  stopped at a quarantined version (a pre-commit check failed; abort or re-stage it)
+    7  fenced (another live writer with the same app_id holds the staging table)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from deltasink.deltalog import is_local, normalize_uri
@@ -30,6 +33,7 @@ from deltasink.errors import (
     CommitError,
     ConfigurationError,
     DeltaSinkError,
+    FencedError,
     InvalidInputError,
 )
 from deltasink.protocol import CommitReport
@@ -38,6 +42,7 @@ from deltasink.sink import STAGING_SUFFIX, DeltaSink, SinkStatus
 __all__ = ["app", "main"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONFIG, EXIT_COMMIT, EXIT_REFUSED = 0, 1, 2, 3, 4, 5
+EXIT_QUARANTINED, EXIT_FENCED = 6, 7
 
 app = typer.Typer(
     name="deltasink",
@@ -75,7 +80,9 @@ def _errors(as_json: bool) -> Iterator[None]:
     try:
         yield
     except DeltaSinkError as exc:
-        if isinstance(exc, AlreadyCommittedError | InvalidInputError):
+        if isinstance(exc, FencedError):
+            code = EXIT_FENCED
+        elif isinstance(exc, AlreadyCommittedError | InvalidInputError):
             code = EXIT_REFUSED
         elif isinstance(exc, CommitError):
             code = EXIT_COMMIT
@@ -114,6 +121,8 @@ def _status_table(status: SinkStatus, now: datetime) -> Table:
     committed = "—" if status.committed_version is None else str(status.committed_version)
     table.add_row("committed version", f"[bold green]{committed}[/]")
     table.add_row("pending versions", str(len(status.pending)))
+    if status.quarantined:
+        table.add_row("quarantined", f"[bold red]{sorted(status.quarantined)}[/]")
     if status.merge is not None:
         table.add_row("merge", f"{status.merge.mode} keys={list(status.merge.keys)}")
     if status.leftover_versions:
@@ -127,12 +136,15 @@ def _pending_table(status: SinkStatus, now: datetime) -> Table:
     table.add_column("rows", justify="right")
     table.add_column("staged at (UTC)")
     table.add_column("age", justify="right")
+    table.add_column("state")
     for staged in status.pending:
+        reason = status.quarantined.get(staged.version)
         table.add_row(
             str(staged.version),
             f"{staged.rows:,}",
             staged.staged_at.strftime("%Y-%m-%d %H:%M:%S"),
             _age(staged.staged_at, now),
+            f"[red]quarantined: {reason}[/]" if reason else "pending",
         )
     return table
 
@@ -176,6 +188,7 @@ def _report_dict(report: CommitReport) -> dict[str, Any]:
         "committed_version": report.committed_version,
         "committed_versions": report.committed_versions,
         "abandoned_versions": report.abandoned_versions,
+        "quarantined_versions": report.quarantined_versions,
         "cleaned_versions": list(report.cleaned_versions),
         "results": [
             {
@@ -221,19 +234,32 @@ def _print_report(report: CommitReport, verb: str) -> None:
 def recover(
     target: Target, app_id: AppOpt, staging: StagingOpt = None, as_json: JsonOpt = False
 ) -> None:
-    """Commit every staged, uncommitted version of a writer, in order."""
+    """Commit every staged, uncommitted version of a writer, in order.
+
+    Claims the writer role: a job still running with the same app_id is fenced.
+    """
     with _errors(as_json):
         sink = _sink(target, app_id, staging)
         pending = sink.status().pending_versions
-        if not as_json and pending:
-            with err.status(f"recovering versions {pending} ..."):
-                report = sink.recover()
-        else:
+        if as_json or not pending:
             report = sink.recover()
+        else:
+            with Progress(
+                TextColumn("recovering"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err,
+                transient=True,
+            ) as bar:
+                task = bar.add_task("versions", total=len(pending))
+                report = sink.recover(progress=lambda r: bar.advance(task, len(r.all_versions)))
     if as_json:
         out.print_json(json.dumps(_report_dict(report)))
     else:
         _print_report(report, "recover")
+    if report.quarantined_versions:
+        raise typer.Exit(EXIT_QUARANTINED)
 
 
 @app.command()
@@ -306,6 +332,34 @@ def history(
             ),
         )
     out.print(table)
+
+
+@app.command()
+def gc(
+    target: Target,
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    retention_hours: Annotated[
+        float, typer.Option("--retention-hours", help="Keep unreferenced files this long.")
+    ] = 168.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Expire staging files nothing needs any more; compact the staging log."""
+    with _errors(as_json):
+        sink = _sink(target, app_id, staging)
+        if as_json:
+            result = sink.gc(retention_hours * 3600, dry_run=dry_run)
+        else:
+            with err.status("vacuuming and checkpointing the staging table ..."):
+                result = sink.gc(retention_hours * 3600, dry_run=dry_run)
+    if as_json:
+        out.print_json(json.dumps({"dry_run": result.dry_run, "files": list(result.files)}))
+        return
+    verb = "would remove" if result.dry_run else "removed"
+    out.print(f"{verb} {len(result.files)} file(s) older than {retention_hours:g} h")
+    for path in result.files[:20]:
+        out.print(f"  [dim]{path}[/]")
 
 
 @app.command("version")

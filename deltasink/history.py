@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["HistoryEntry", "history_from_commits", "user_metadata"]
+import pyarrow as pa
+
+__all__ = [
+    "HistoryEntry",
+    "history_from_commits",
+    "ledger_table",
+    "previous_rows",
+    "user_metadata",
+]
 
 _USER_METADATA = re.compile(
     r"^deltasink commit app=(?P<app>\S+) version=(?P<version>\d+)(?: versions=(?P<versions>[\d,]+))?"
@@ -50,6 +58,7 @@ class HistoryEntry:
         rows_updated: Target rows updated, when recorded.
         rows_deleted: Target rows deleted, when recorded.
         execution_ms: The engine's reported execution time, when recorded.
+        staged_rows: Rows staged for the versions of this commit, when recorded.
     """
 
     version: int
@@ -61,6 +70,7 @@ class HistoryEntry:
     rows_updated: int | None = None
     rows_deleted: int | None = None
     execution_ms: int | None = None
+    staged_rows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -74,6 +84,7 @@ class HistoryEntry:
             "rows_updated": self.rows_updated,
             "rows_deleted": self.rows_deleted,
             "execution_ms": self.execution_ms,
+            "staged_rows": self.staged_rows,
         }
 
 
@@ -128,6 +139,56 @@ def history_from_commits(commits: Iterable[Mapping[str, Any]], app_id: str) -> l
                 rows_updated=_int(metrics, "num_target_rows_updated", "numTargetRowsUpdated"),
                 rows_deleted=_int(metrics, "num_target_rows_deleted", "numTargetRowsDeleted"),
                 execution_ms=_int(metrics, "execution_time_ms", "executionTimeMs"),
+                staged_rows=_int(commit, "deltasink.rows")
+                if commit.get("deltasink.rows") is not None
+                else _int(metrics, "num_source_rows", "numSourceRows"),
             )
         )
     return entries
+
+
+def previous_rows(entries: list[HistoryEntry]) -> float | None:
+    """Staged rows per version of the most recent commit that records them."""
+    for entry in entries:
+        if entry.staged_rows is not None:
+            return entry.staged_rows / len(entry.versions)
+    return None
+
+
+_LEDGER_FIELDS: list[pa.Field[Any]] = [
+    pa.field("app_id", pa.string()),
+    pa.field("version", pa.int64()),
+    pa.field("target_version", pa.int64()),
+    pa.field("committed_at", pa.timestamp("us", tz="UTC")),
+    pa.field("operation", pa.string()),
+    pa.field("rows_inserted", pa.int64()),
+    pa.field("rows_updated", pa.int64()),
+    pa.field("rows_deleted", pa.int64()),
+    pa.field("execution_ms", pa.int64()),
+    pa.field("staged_rows", pa.int64()),
+    pa.field("commit_versions", pa.list_(pa.int64())),
+]
+LEDGER_SCHEMA = pa.schema(_LEDGER_FIELDS)
+
+
+def ledger_table(app_id: str, entries: list[HistoryEntry]) -> pa.Table:
+    """The ledger as Arrow: one row per committed version, newest first. Metrics are
+    per target commit, so coalesced versions share them (see ``commit_versions``)."""
+    rows = [
+        {
+            "app_id": app_id,
+            "version": version,
+            "target_version": e.target_version,
+            "committed_at": e.timestamp,
+            "operation": e.operation,
+            "rows_inserted": e.rows_inserted,
+            "rows_updated": e.rows_updated,
+            "rows_deleted": e.rows_deleted,
+            "execution_ms": e.execution_ms,
+            "staged_rows": e.staged_rows,
+            "commit_versions": list(e.versions),
+        }
+        for e in entries
+        for version in reversed(e.versions)
+    ]
+    return pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)

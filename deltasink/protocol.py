@@ -25,10 +25,10 @@ import logging
 import math
 import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from deltasink import _faults
 from deltasink.errors import (
@@ -83,10 +83,13 @@ class LogState:
         committed_version: The target's committed version for the app, or ``None``.
         staged: Every version still present in staging, ascending. Versions ≤
             ``committed_version`` are committed but not yet cleaned up.
+        quarantined: Staged versions that failed a pre-commit check, with the reason;
+            they and every later version wait until they are aborted or re-staged.
     """
 
     committed_version: int | None
     staged: tuple[StagedVersion, ...] = ()
+    quarantined: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def pending(self) -> tuple[StagedVersion, ...]:
@@ -107,7 +110,7 @@ class LogState:
         return next((s for s in self.staged if s.version == version), None)
 
 
-Outcome = Literal["committed", "already_committed", "abandoned"]
+Outcome = Literal["committed", "already_committed", "abandoned", "quarantined"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,9 @@ class CommitResult:
 
     These are values the caller can branch on (Flink's ``CommitRequest`` signals):
     ``committed`` (applied now), ``already_committed`` (a replay; nothing changed),
-    ``abandoned`` (given up after the transaction timeout; its rows were not applied).
+    ``abandoned`` (given up after the transaction timeout; its rows were not applied),
+    ``quarantined`` (a pre-commit check failed: the version stays staged, is not
+    applied, and later versions wait behind it until it is aborted or re-staged).
 
     Attributes:
         version: The batch version.
@@ -177,8 +182,15 @@ class CommitReport:
         """Versions given up after the transaction timeout."""
         return [r.version for r in self.results if r.outcome == "abandoned"]
 
+    @property
+    def quarantined_versions(self) -> list[int]:
+        """The quarantined version that stopped this call (at most one)."""
+        return [r.version for r in self.results if r.outcome == "quarantined"]
 
-CommittableState = Literal["staged", "duplicate", "already_committed"]
+
+Progress = Callable[[CommitResult], None]
+
+CommittableState = Literal["staged", "restaged", "duplicate", "already_committed"]
 
 
 @dataclass(frozen=True)
@@ -190,7 +202,8 @@ class Committable:
         version: The staged version.
         rows: Rows staged for it (0 when nothing was staged now).
         staged_at: When it was staged, or ``None`` when nothing is staged.
-        state: ``"staged"`` (staged by this call), ``"duplicate"`` (it was already
+        state: ``"staged"`` (staged by this call), ``"restaged"`` (it was quarantined
+            and this call replaced its staged data), ``"duplicate"`` (it was already
             staged: nothing written), ``"already_committed"`` (it is already in the
             target: nothing written).
     """
@@ -306,6 +319,30 @@ class SupportsFencing(Protocol):
 
 
 @runtime_checkable
+class SupportsQuarantine(Protocol):
+    """Optional capability: write-audit-publish (Flink's ``SupportsPreCommitTopology``).
+
+    Before a staged version is published, ``audit`` runs the pre-commit checks on it.
+    A failing version is quarantined: recorded durably with the reason, kept staged,
+    never published; later versions wait behind it. ``abort`` (``discard`` with
+    reason ``"aborted"``) or ``restage`` lifts the quarantine.
+    """
+
+    def audit(self, staged: StagedVersion) -> str | None:
+        """Run the checks on ``staged``: ``None`` if it may be published, else why not."""
+        ...
+
+    def quarantine(self, version: int, reason: str) -> None:
+        """Record durably that ``version`` failed a check (idempotent)."""
+        ...
+
+    def restage(self, batch: Any, version: int) -> StagedVersion:
+        """Replace the staged data of quarantined ``version`` atomically and lift the
+        quarantine; validation as in ``stage``."""
+        ...
+
+
+@runtime_checkable
 class SupportsCoalescing(Protocol):
     """Optional capability: publish several pending versions in ONE target commit.
 
@@ -390,6 +427,10 @@ class TwoPhaseCommit(Generic[B]):
             return Committable(self.app_id, v, 0, None, "already_committed")
         existing = state.find(v)
         if existing is not None:
+            if v in state.quarantined and isinstance(self.participant, SupportsQuarantine):
+                staged = self.participant.restage(batch, v)
+                logger.info("app %r: quarantined version %s re-staged", self.app_id, v)
+                return Committable(self.app_id, v, staged.rows, staged.staged_at, "restaged")
             return Committable(self.app_id, v, existing.rows, existing.staged_at, "duplicate")
         pending = state.pending
         if pending and v < pending[-1].version:
@@ -403,12 +444,14 @@ class TwoPhaseCommit(Generic[B]):
         staged = self.participant.stage(batch, v)
         return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
 
-    def commit(self, up_to: object) -> CommitReport:
+    def commit(self, up_to: object, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: publish every pending version ≤ ``up_to``, in ascending order.
 
         A no-op when nothing is pending up to ``up_to``. Replaying a commit changes
         nothing (the participant's marker check). Afterwards the staging data of every
-        committed version is removed.
+        committed version is removed. A version failing a pre-commit check is
+        quarantined and stops the call (outcome ``quarantined``; no exception).
+        ``progress`` is called with each result as it happens.
 
         Raises:
             CommitError: Publishing a version failed. Versions before it stay committed;
@@ -416,9 +459,9 @@ class TwoPhaseCommit(Generic[B]):
                 was committed.
         """
         limit = check_version(up_to, what="up_to")
-        return self._run(limit, recovering=False)
+        return self._run(limit, recovering=False, progress=progress)
 
-    def recover(self) -> CommitReport:
+    def recover(self, *, progress: Progress | None = None) -> CommitReport:
         """Publish every staged, uncommitted version (Flink's ``recoverAndCommit``).
 
         Safe to run at any time and any number of times. With
@@ -432,7 +475,7 @@ class TwoPhaseCommit(Generic[B]):
         """
         if isinstance(self.participant, SupportsFencing):
             self.participant.claim()
-        return self._run(None, recovering=True)
+        return self._run(None, recovering=True, progress=progress)
 
     def abort(self, version: object) -> bool:
         """Drop the staged data of ``version`` without committing it.
@@ -462,26 +505,72 @@ class TwoPhaseCommit(Generic[B]):
 
     # -- internals ---------------------------------------------------------------
 
-    def _run(self, limit: int | None, *, recovering: bool) -> CommitReport:
+    def _run(
+        self, limit: int | None, *, recovering: bool, progress: Progress | None = None
+    ) -> CommitReport:
         state = self.participant.read_state()
         self._warn_if_old(state.pending)
         todo = [s for s in state.pending if limit is None or s.version <= limit]
         results: list[CommitResult] = []
+
+        def record(result: CommitResult) -> None:
+            results.append(result)
+            if progress is not None:
+                progress(result)
+
         committed = state.committed_version
         for group in self._groups(todo):
-            if len(group) > 1:
-                coalesced = self._try_coalesced(group)
+            passing, stopped = self._audit(group, state)
+            if len(passing) > 1:
+                coalesced = self._try_coalesced(passing)
                 if coalesced is not None:
-                    results.append(coalesced)
-                    committed = group[-1].version
-                    continue
-            for staged in group:
+                    record(coalesced)
+                    committed = passing[-1].version
+                    passing = []
+            for staged in passing:
                 result = self._publish_one(staged, recovering, results, committed, state)
-                results.append(result)
+                record(result)
                 if result.outcome != "abandoned":
                     committed = staged.version
+            if stopped is not None:
+                record(stopped)
+                break
         cleaned = self._clean(state, committed, results)
         return CommitReport(self.app_id, tuple(results), committed, cleaned)
+
+    def _audit(
+        self, group: Sequence[StagedVersion], state: LogState
+    ) -> tuple[list[StagedVersion], CommitResult | None]:
+        """The versions of ``group`` that may be published, and the quarantine result
+        that stops the run (a version quarantined now or before), if any."""
+        participant = self.participant
+        if not isinstance(participant, SupportsQuarantine):
+            return list(group), None
+        passing: list[StagedVersion] = []
+        for staged in group:
+            reason = state.quarantined.get(staged.version)
+            if reason is None:
+                try:
+                    reason = participant.audit(staged)
+                except FencedError:
+                    raise
+                except Exception as exc:
+                    reason = f"a check raised {type(exc).__name__}: {exc}"
+                if reason is not None:
+                    participant.quarantine(staged.version, reason)
+            if reason is not None:
+                logger.warning(
+                    "app %r: version %s is quarantined (%s); it and later versions wait "
+                    "until it is aborted or re-staged",
+                    self.app_id,
+                    staged.version,
+                    reason,
+                )
+                return passing, CommitResult(
+                    staged.version, "quarantined", rows=staged.rows, message=reason
+                )
+            passing.append(staged)
+        return passing, None
 
     def _groups(self, todo: Sequence[StagedVersion]) -> list[list[StagedVersion]]:
         """Runs of versions to publish together (singletons unless coalescing)."""

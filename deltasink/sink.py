@@ -5,19 +5,22 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, get_args
 
 from deltasink.backends import Backend, Engine, is_catalog_name, select_engine
 from deltasink.backends.embedded import EmbeddedBackend
+from deltasink.checks import Check
 from deltasink.deltalog import normalize_uri
 from deltasink.errors import ConfigurationError
-from deltasink.history import HistoryEntry
+from deltasink.history import HistoryEntry, ledger_table
+from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.protocol import (
     CommitReport,
     Committable,
+    Progress,
     StagedVersion,
     Timeouts,
     TwoPhaseCommit,
@@ -57,6 +60,7 @@ class SinkStatus:
         leftover_versions: Committed versions whose staging data is not yet removed.
         target_exists: Whether the target table exists yet.
         merge: The MergeSpec recorded in the staging table, if any.
+        quarantined: Quarantined versions and the failed check, if any.
     """
 
     target: str
@@ -70,6 +74,7 @@ class SinkStatus:
     leftover_versions: list[int] = field(default_factory=list)
     target_exists: bool = False
     merge: MergeSpec | None = None
+    quarantined: dict[int, str] = field(default_factory=dict)
 
     def to_dict(self, *, now: datetime | None = None) -> dict[str, Any]:
         """A JSON-ready dict (the CLI's ``--json`` output)."""
@@ -93,6 +98,9 @@ class SinkStatus:
                 for s in self.pending
             ],
             "leftover_versions": self.leftover_versions,
+            "quarantined": [
+                {"version": v, "reason": r} for v, r in sorted(self.quarantined.items())
+            ],
             "merge": None if self.merge is None else json_spec(self.merge),
         }
 
@@ -145,6 +153,11 @@ class DeltaSink:
             DeltaSparkSessionExtension) or a catalog table name, else ``embedded``.
             ``status()`` reports the choice and why.
         spark: The session for the ``spark`` engine (default: the active session).
+        checks: Pre-commit checks run on each staged version before it is published
+            (write-audit-publish, :mod:`deltasink.checks`); a failing version is
+            quarantined.
+        post_commit: Hooks run after each call that committed something
+            (:mod:`deltasink.hooks`): compaction, notifications.
         storage_options: delta-rs storage options for object stores.
         clock: Seconds since the epoch (default :func:`time.time`); for tests.
 
@@ -171,6 +184,8 @@ class DeltaSink:
         max_commit_attempts: int = 8,
         engine: Engine = "auto",
         spark: Any = None,
+        checks: Sequence[Check] = (),
+        post_commit: Sequence[PostCommitHook] = (),
         storage_options: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -225,6 +240,7 @@ class DeltaSink:
                 spec=merge,
                 max_attempts=max_commit_attempts,
                 storage_options=storage_options,
+                checks=checks,
             )
         else:
             if catalog:
@@ -243,7 +259,10 @@ class DeltaSink:
                 ),
                 app_id=app_id,
                 spec=merge,
+                checks=checks,
             )
+        self._post_commit = tuple(post_commit)
+        self._spark = spark
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
             self._backend, app_id=app_id, timeouts=timeouts, clock=clock, coalesce=coalesce
         )
@@ -277,18 +296,26 @@ class DeltaSink:
         """
         return self._core.pre_commit(df, version)
 
-    def commit(self, version: int) -> CommitReport:
+    def commit(self, version: int, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: commit every staged version ≤ ``version``, in ascending order.
 
-        Each version becomes one target commit carrying ``txn(app_id, version)``. A
-        no-op for versions already committed. Staging data of committed versions is
-        removed afterwards.
+        Each version (or each run of pending versions, when coalescing) becomes one
+        target commit carrying ``txn(app_id, version)``. A no-op for versions already
+        committed. With ``checks``, each version is audited first: a failing one is
+        quarantined and stops the call (``report.quarantined_versions``; no
+        exception). Then staging data of committed versions is removed and the
+        post-commit hooks run.
+
+        Args:
+            version: Commit every staged version up to this one.
+            progress: Called with each :class:`CommitResult` as it happens.
 
         Raises:
             CommitError: A version failed; earlier ones stay committed, it and later
                 ones stay staged for :meth:`recover`.
+            FencedError: A newer writer with the same app_id took over.
         """
-        return self._core.commit(version)
+        return self._after(self._core.commit(version, progress=progress))
 
     def write(self, df: object, version: int) -> CommitReport:
         """Both phases for one batch: ``pre_commit(df, version)`` then ``commit(version)``.
@@ -296,7 +323,12 @@ class DeltaSink:
         Safe to repeat with the same version after a crash (it changes nothing twice).
         """
         self._core.pre_commit(df, version)
-        return self._core.commit(version)
+        return self.commit(version)
+
+    def _after(self, report: CommitReport) -> CommitReport:
+        if self._post_commit:
+            run_hooks(self._post_commit, PostCommit(report=report, sink=self))
+        return report
 
     def foreach_batch(self, df: object, batch_id: int) -> None:
         """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
@@ -314,16 +346,17 @@ class DeltaSink:
         """
         return self._core.abort(version)
 
-    def recover(self) -> CommitReport:
+    def recover(self, *, progress: Progress | None = None) -> CommitReport:
         """Commit every staged, uncommitted version, in order (run at start-up).
 
+        Claims the writer role first (an older writer with the same app_id is fenced).
         Safe at any time, any number of times. Also removes leftover staging data of
-        committed versions.
+        committed versions. Stops at a quarantined version, as :meth:`commit` does.
 
         Raises:
             CommitError: As for :meth:`commit`.
         """
-        return self._core.recover()
+        return self._after(self._core.recover(progress=progress))
 
     def status(self) -> SinkStatus:
         """The committed version and the pending versions, from the Delta logs."""
@@ -340,6 +373,7 @@ class DeltaSink:
             leftover_versions=[s.version for s in state.leftovers],
             target_exists=self._backend.target_exists(),
             merge=self._backend.recorded_spec(),
+            quarantined=dict(state.quarantined),
         )
 
     def gc(
@@ -361,6 +395,37 @@ class DeltaSink:
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
             raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
         return self._backend.gc(timedelta(seconds=seconds), dry_run=dry_run)
+
+    def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
+        """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``)."""
+        self._backend.optimize(z_order_by)
+
+    def commits_since_optimize(self, limit: int = 1000) -> int:
+        """This writer's target commits since the target's last OPTIMIZE (up to
+        ``limit``), from the Delta history."""
+        return self._backend.commits_since_optimize(limit)
+
+    def ledger(self, spark: Any = None, *, limit: int | None = None) -> Any:
+        """The commit ledger as a Spark DataFrame, one row per committed version.
+
+        Columns: ``app_id``, ``version``, ``target_version`` (the Delta version to
+        time-travel to), ``committed_at``, ``operation``, ``rows_inserted``,
+        ``rows_updated``, ``rows_deleted``, ``execution_ms``, ``staged_rows``,
+        ``commit_versions`` (all versions of that target commit, when coalesced).
+        Register it as a view for SQL users: ``sink.ledger().createOrReplaceTempView(
+        "orders_ledger")``.
+
+        Args:
+            spark: The session to build it on (default: the sink's session for the
+                Spark engine, else the embedded engine).
+            limit: Read at most this many recent target commits.
+        """
+        session = spark or self._spark
+        if session is None:
+            from deltasink.engine import embedded_spark
+
+            session = embedded_spark()
+        return session.createDataFrame(ledger_table(self.app_id, self.history(limit)))
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """This writer's commits to the target, newest first, from the Delta history.

@@ -38,7 +38,7 @@ from deltalake import DeltaTable, Field, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.schema import Schema as DeltaSchema
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
 from deltasink.deltalog import arrow_schema, commit_properties, open_table
@@ -57,6 +57,7 @@ PROP_APP = "deltasink.appId"
 PROP_FORMAT = "deltasink.format"
 PROP_SPEC = "deltasink.mergeSpec"
 PROP_EPOCH = "deltasink.epoch"
+PROP_QUARANTINE = "deltasink.quarantine"
 COMMITTED_SUFFIX = "#committed"
 _CLAIM_ATTEMPTS = 20
 
@@ -142,8 +143,15 @@ class StagingTable:
     def versions(self) -> tuple[StagedVersion, ...]:
         """Every staged version, ascending, with its row count and staging time."""
         table = self.open()
-        if table is None:
-            return ()
+        return () if table is None else self._versions(table)
+
+    def quarantined(self) -> dict[int, str]:
+        """Quarantined versions and why (from the table properties)."""
+        table = self.open()
+        return {} if table is None else _quarantine_of(table)
+
+    @staticmethod
+    def _versions(table: DeltaTable) -> tuple[StagedVersion, ...]:
         actions = pa.table(table.get_add_actions(flatten=True))
         if actions.num_rows == 0:
             return ()
@@ -311,8 +319,24 @@ class StagingTable:
             FencedError: ``epoch`` is no longer current (checked before writing, and
                 again if the commit conflicts).
         """
+        return self._commit_version(version, data, epoch=epoch, replace=False)
+
+    def replace(self, version: int, data: pa.Table, *, epoch: int) -> StagedVersion:
+        """Replace the staged data of ``version`` with ``data`` in ONE commit (the old
+        files removed, the new one added), lifting its quarantine first.
+
+        Lifting first is the safe order: after a crash in between, the old data is
+        audited again by the next commit and quarantined again if it still fails.
+        """
+        self.set_quarantine(version, None, epoch=epoch)
+        return self._commit_version(version, data, epoch=epoch, replace=True)
+
+    def _commit_version(
+        self, version: int, data: pa.Table, *, epoch: int, replace: bool
+    ) -> StagedVersion:
         table = self.check_epoch(epoch)
         self._evolve(table, data.schema)
+        removes = self._removes(table, version) if replace else []
         relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.snappy.parquet"
         fs = self._filesystem()
         with fs.open_output_stream(relative) as out, pq.ParquetWriter(out, data.schema) as writer:
@@ -329,14 +353,14 @@ class StagingTable:
                 stats=json.dumps({"numRecords": data.num_rows}),
             )
             table.create_write_transaction(
-                [add],
+                [*removes, add],
                 mode="append",
                 schema=DeltaSchema.from_arrow(arrow_schema(table)),
                 partition_by=[VERSION_COLUMN],
                 commit_properties=commit_properties(
                     app_id=self.app_id,
                     version=version,
-                    operation="stage",
+                    operation="restage" if replace else "stage",
                     extra={
                         "deltasink.rows": data.num_rows,
                         "deltasink.target": self.target,
@@ -354,6 +378,50 @@ class StagingTable:
         _faults.point("stage.after_log_commit")
         return StagedVersion(
             version, data.num_rows, datetime.fromtimestamp(now_ms / 1000, timezone.utc)
+        )
+
+    @staticmethod
+    def _removes(table: DeltaTable, version: int) -> list[RemoveAction]:
+        actions = pa.table(table.get_add_actions(flatten=True))
+        mask = pc.equal(
+            actions.column(f"partition.{VERSION_COLUMN}"), pa.scalar(version, pa.int64())
+        )
+        now_ms = int(time.time() * 1000)
+        return [
+            RemoveAction(
+                row["path"],
+                True,
+                now_ms,
+                size=row["size_bytes"],
+                partition_values={VERSION_COLUMN: str(version)},
+            )
+            for row in actions.filter(mask).select(["path", "size_bytes"]).to_pylist()
+        ]
+
+    def set_quarantine(self, version: int, reason: str | None, *, epoch: int | None) -> None:
+        """Record (``reason``) or lift (``None``) the quarantine of ``version``."""
+        table = self.check_epoch(epoch) if epoch is not None else self.open()
+        if table is None:
+            return
+        records = _quarantine_records(table)
+        if reason is None and str(version) not in records:
+            return
+        if reason is not None:
+            records[str(version)] = {
+                "reason": reason,
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+        else:
+            records.pop(str(version))
+        table.alter.set_table_properties(
+            {PROP_QUARANTINE: json.dumps(records, sort_keys=True)},
+            raise_if_not_exists=False,
+            commit_properties=commit_properties(
+                app_id=self.app_id,
+                version=None,
+                operation="quarantine" if reason else "release",
+                extra={"deltasink.versions": [version]},
+            ),
         )
 
     @staticmethod
@@ -375,6 +443,11 @@ class StagingTable:
         table = self.check_epoch(epoch) if epoch is not None else self.open()
         assert table is not None
         _faults.point("discard.before_log_commit")
+        if reason != "committed":
+            for version in versions:
+                self.set_quarantine(version, None, epoch=epoch)
+            table = self.open()
+            assert table is not None
         listed = ", ".join(str(v) for v in sorted(versions))
         props = commit_properties(
             app_id=self.app_id,
@@ -411,3 +484,13 @@ class StagingTable:
             table.create_checkpoint()
             table.cleanup_metadata()
         return GcResult(tuple(sorted(files)), dry_run)
+
+
+def _quarantine_records(table: DeltaTable) -> dict[str, dict[str, str]]:
+    text = table.metadata().configuration.get(PROP_QUARANTINE)
+    records: dict[str, dict[str, str]] = json.loads(text) if text else {}
+    return records
+
+
+def _quarantine_of(table: DeltaTable) -> dict[int, str]:
+    return {int(v): r["reason"] for v, r in _quarantine_records(table).items()}

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from deltasink import DeltaSink, MergeSpec
-from deltasink.cli import EXIT_COMMIT, EXIT_CONFIG, EXIT_REFUSED, app
+from deltasink import DeltaSink, FencedError, MergeSpec
+from deltasink.cli import EXIT_COMMIT, EXIT_CONFIG, EXIT_QUARANTINED, EXIT_REFUSED, app
 from tests import support
 
 runner = CliRunner()
@@ -137,3 +137,57 @@ def test_entry_point_is_installed(job: DeltaSink) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["pending_versions"] == [1, 2]
+
+
+def test_quarantined_versions_in_status_and_recover(target: str) -> None:
+    from deltasink import checks
+
+    sink = DeltaSink(target, "wap", MergeSpec(keys=["id"]), checks=[checks.row_count_between(1)])
+    sink.write(pa.table({"id": [1], "value": ["a"]}), 0)
+    sink.pre_commit(
+        pa.table({"id": pa.array([], pa.int64()), "value": pa.array([], pa.string())}), 1
+    )
+    sink.pre_commit(pa.table({"id": [3], "value": ["c"]}), 2)
+    assert sink.commit(2).quarantined_versions == [1]
+    code, output = invoke("status", target, "--app", "wap", "--json")
+    assert code == 0
+    data = json.loads(output)
+    assert data["pending_versions"] == [1, 2]
+    assert data["quarantined"] == [
+        {
+            "version": 1,
+            "reason": "check row_count_between(1, None) failed: 0 rows, expected "
+            "between 1 and None",
+        }
+    ]
+    code, output = invoke("status", target, "--app", "wap")
+    assert "quarantined" in output
+    assert "row_count_betw" in output  # the reason (wrapped by the 80-column table)
+    code, output = invoke("recover", target, "--app", "wap", "--json")
+    assert code == EXIT_QUARANTINED
+    assert json.loads(output)["quarantined_versions"] == [1]
+    code, _ = invoke("abort", target, "1", "--app", "wap")
+    assert code == 0
+    code, output = invoke("recover", target, "--app", "wap", "--json")
+    assert code == 0
+    assert json.loads(output)["committed_versions"] == [2]
+
+
+def test_gc(job: DeltaSink) -> None:
+    job.recover()
+    code, output = invoke("gc", job.target, "--app", "orders", "--dry-run", "--json")
+    assert code == 0
+    assert json.loads(output)["dry_run"] is True
+    assert json.loads(output)["files"] == []  # younger than the default 168 h
+    code, output = invoke("gc", job.target, "--app", "orders", "--retention-hours", "0")
+    assert code == 0
+    assert "removed 3 file(s) older than 0 h" in output
+    assert support.staged_files_on_disk(job.staging) == []
+
+
+def test_fenced_exit_code(job: DeltaSink) -> None:
+    job.recover()  # this object now holds the writer role ...
+    code, _ = invoke("recover", job.target, "--app", "orders")  # ... an operator takes over
+    assert code == 0
+    with pytest.raises(FencedError):
+        job.pre_commit(pa.table({"id": [9], "value": ["z"]}), 5)

@@ -11,6 +11,7 @@ part.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 
@@ -47,6 +48,14 @@ class Backend(Participant[object], Protocol):
 
     def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
         """Expire unreferenced staging files and compact the staging log."""
+        ...
+
+    def optimize(self, z_order_by: Sequence[str]) -> None:
+        """Compact the target's files (OPTIMIZE, Z-ORDER when columns are given)."""
+        ...
+
+    def commits_since_optimize(self, limit: int) -> int:
+        """This writer's target commits since the last OPTIMIZE, counting up to ``limit``."""
         ...
 
 

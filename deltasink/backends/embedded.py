@@ -11,13 +11,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import coalesce, collect, prepare
+from deltasink.batch import DELETE_COLUMN, coalesce, collect, prepare
+from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import ConfigurationError
-from deltasink.history import HistoryEntry, history_from_commits
+from deltasink.history import HistoryEntry, history_from_commits, previous_rows
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.staging import GcResult, StagingTable
@@ -40,6 +42,7 @@ class EmbeddedBackend:
         app_id: The writer.
         spec: The MergeSpec for new versions; ``None`` means the one recorded in the
             staging table.
+        checks: Pre-commit checks (write-audit-publish), see :mod:`deltasink.checks`.
     """
 
     name = "embedded"
@@ -52,8 +55,10 @@ class EmbeddedBackend:
         staging: StagingTable,
         app_id: str,
         spec: MergeSpec | None,
+        checks: Sequence[Check] = (),
     ) -> None:
         self.target = target
+        self.checks = tuple(checks)
         self.staging = staging
         self.app_id = app_id
         self._spec = spec
@@ -125,7 +130,7 @@ class EmbeddedBackend:
                 )
                 self._warned_mark = mark
             committed = mark
-        return LogState(committed, self.staging.versions())
+        return LogState(committed, self.staging.versions(), self.staging.quarantined())
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         spec = self.spec_for_new_versions()
@@ -141,8 +146,7 @@ class EmbeddedBackend:
                     app_id=self.app_id,
                     version=version,
                 )
-        data = prepare(collect(batch, spec), spec, self.target.schema(), target=self.target.uri)
-        _faults.point("stage.before_write")
+        data = self._prepare(batch, spec)
         if self._epoch is None:
             self._epoch = self.staging.claim(data.schema, spec)
         assert self._epoch is not None
@@ -152,6 +156,11 @@ class EmbeddedBackend:
         staged = self.staging.append(version, data, epoch=self._epoch)
         self._last = (version, data)
         return staged
+
+    def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:
+        data = prepare(collect(batch, spec), spec, self.target.schema(), target=self.target.uri)
+        _faults.point("stage.before_write")
+        return data
 
     def _data(self, version: int) -> pa.Table:
         if self._last is not None and self._last[0] == version:
@@ -215,3 +224,71 @@ class EmbeddedBackend:
 
     def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
         return self.staging.gc(retention, dry_run=dry_run)
+
+    # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
+
+    def audit(self, staged: StagedVersion) -> str | None:
+        if not self.checks:
+            return None
+        version = staged.version
+
+        def arrow() -> pa.Table:
+            data = self._data(version)
+            return (
+                data.drop_columns([DELETE_COLUMN]) if DELETE_COLUMN in data.column_names else data
+            )
+
+        def dataframe() -> Any:
+            from deltasink.engine import embedded_spark
+
+            return embedded_spark().createDataFrame(arrow())
+
+        batch = StagedBatch(
+            app_id=self.app_id,
+            version=version,
+            rows=staged.rows,
+            target=self.target.uri,
+            _arrow=arrow,
+            _dataframe=dataframe,
+            _previous_rows=lambda: previous_rows(self.history(20)),
+        )
+        return run_checks(self.checks, batch)
+
+    def quarantine(self, version: int, reason: str) -> None:
+        self.staging.set_quarantine(version, reason, epoch=self._fence())
+
+    def restage(self, batch: object, version: int) -> StagedVersion:
+        data = self._prepare(batch, self.spec_for_staged())
+        epoch = self._fence(data.schema)
+        assert epoch is not None
+        staged = self.staging.replace(version, data, epoch=epoch)
+        self._last = (version, data)
+        return staged
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def optimize(self, z_order_by: Sequence[str]) -> None:
+        """Compact the target's small files (Z-ORDER by ``z_order_by`` if given)."""
+        table = self.target.open()
+        if table is None:
+            return
+        if z_order_by:
+            table.optimize.z_order(list(z_order_by))
+        else:
+            table.optimize.compact()
+
+    def commits_since_optimize(self, limit: int) -> int:
+        """This app's target commits since the target's last OPTIMIZE (counting stops
+        at ``limit``)."""
+        table = self.target.open()
+        if table is None:
+            return 0
+        count = 0
+        for commit in table.history(4 * limit + 16):
+            if commit.get("operation") == "OPTIMIZE":
+                break
+            if history_from_commits([commit], self.app_id):
+                count += 1
+                if count >= limit:
+                    break
+        return count

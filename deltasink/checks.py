@@ -1,0 +1,235 @@
+"""Pre-commit checks: write-audit-publish.
+
+A check runs against a staged version after it is durably staged and before it is
+published. If any check fails, the version is *quarantined*: it stays staged, is never
+committed, and every later version waits behind it (ordering is kept) until it is
+aborted (``sink.abort(v)``) or re-staged (``sink.pre_commit(fixed_df, v)``).
+
+A check is any callable taking a :class:`StagedBatch` and returning ``None`` or
+``True`` (pass), or ``False`` or a message (fail). The built-ins::
+
+    from deltasink import checks
+
+    sink = DeltaSink(..., checks=[
+        checks.no_nulls("order_id", "amount"),
+        checks.unique("order_id"),
+        checks.row_count_between(1, 5_000_000),
+        checks.row_count_within(50),                  # ±50% of the previous batch
+        checks.expect("amount >= 0"),                 # every row (Spark SQL)
+        checks.sql("SELECT * FROM staged s LEFT ANTI JOIN customers c USING (customer_id)"),
+        my_check,                                     # def my_check(batch) -> str | None
+    ])
+
+SQL checks run on Spark SQL with the staged rows as the relation ``staged``: on the
+job's session for the Spark engine, on the embedded engine otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "Check",
+    "StagedBatch",
+    "expect",
+    "no_nulls",
+    "row_count_between",
+    "row_count_within",
+    "run_checks",
+    "sql",
+    "unique",
+]
+
+Check = Callable[["StagedBatch"], "str | bool | None"]
+
+
+@dataclass
+class StagedBatch:
+    """A staged version, as the checks see it.
+
+    Attributes:
+        app_id: The writer.
+        version: The staged version.
+        rows: Its row count.
+        target: The target table.
+    """
+
+    app_id: str
+    version: int
+    rows: int
+    target: str
+    _arrow: Callable[[], pa.Table] = field(repr=False)
+    _dataframe: Callable[[], Any] = field(repr=False)
+    _previous_rows: Callable[[], float | None] = field(repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def to_arrow(self) -> pa.Table:
+        """The staged rows as Arrow (deltasink's system columns removed)."""
+        if "arrow" not in self._cache:
+            self._cache["arrow"] = self._arrow()
+        table: pa.Table = self._cache["arrow"]
+        return table
+
+    def dataframe(self) -> Any:
+        """The staged rows as a Spark DataFrame (on the engine that runs SQL checks)."""
+        if "df" not in self._cache:
+            self._cache["df"] = self._dataframe()
+        return self._cache["df"]
+
+    def sql(self, query: str) -> Any:
+        """Run Spark SQL where ``staged`` names this batch; returns a DataFrame."""
+        df = self.dataframe()
+        view = f"deltasink_staged_{id(self)}_{self.version}"
+        df.createOrReplaceTempView(view)
+        return df.sparkSession.sql(_with_staged(query, view))
+
+    @property
+    def previous_rows(self) -> float | None:
+        """Rows per version of the last committed batch, if known."""
+        if "previous" not in self._cache:
+            self._cache["previous"] = self._previous_rows()
+        previous: float | None = self._cache["previous"]
+        return previous
+
+
+def _with_staged(query: str, view: str) -> str:
+    """Bind the name ``staged`` to ``view`` with a CTE in front of ``query``."""
+    binding = f"staged AS (SELECT * FROM {view})"
+    head = query.lstrip()
+    if head[:4].upper() == "WITH" and head[4:5].isspace():
+        return f"WITH {binding}, {head[5:]}"
+    return f"WITH {binding} {head}"
+
+
+def _name(check: Check) -> str:
+    return str(getattr(check, "name", None) or getattr(check, "__name__", type(check).__name__))
+
+
+def run_checks(checks: Sequence[Check], batch: StagedBatch) -> str | None:
+    """Run ``checks`` in order; the first failure's message, or ``None`` if all pass."""
+    for check in checks:
+        outcome = check(batch)
+        if outcome is None or outcome is True:
+            continue
+        detail = "" if outcome is False else f": {outcome}"
+        return f"check {_name(check)} failed{detail}"
+    return None
+
+
+@dataclass(frozen=True)
+class no_nulls:
+    """Fail if any of ``columns`` holds a null."""
+
+    columns: tuple[str, ...]
+
+    def __init__(self, *columns: str) -> None:
+        object.__setattr__(self, "columns", columns)
+
+    @property
+    def name(self) -> str:
+        return f"no_nulls({', '.join(self.columns)})"
+
+    def __call__(self, batch: StagedBatch) -> str | None:
+        table = batch.to_arrow()
+        found = {c: table.column(c).null_count for c in self.columns if c in table.column_names}
+        missing = [c for c in self.columns if c not in table.column_names]
+        if missing:
+            return f"column(s) {missing} are not in the batch"
+        bad = {c: n for c, n in found.items() if n}
+        return f"null values {bad}" if bad else None
+
+
+@dataclass(frozen=True)
+class unique:
+    """Fail if the combination of ``columns`` repeats within the batch."""
+
+    columns: tuple[str, ...]
+
+    def __init__(self, *columns: str) -> None:
+        object.__setattr__(self, "columns", columns)
+
+    @property
+    def name(self) -> str:
+        return f"unique({', '.join(self.columns)})"
+
+    def __call__(self, batch: StagedBatch) -> str | None:
+        table = batch.to_arrow().select(list(self.columns))
+        counts = table.group_by(list(self.columns)).aggregate([([], "count_all")])
+        if counts.num_rows == table.num_rows:
+            return None
+        dup = counts.filter(pc.greater(counts.column("count_all"), pa.scalar(1, pa.int64())))
+        return f"{dup.num_rows} value(s) repeat, e.g. {dup.slice(0, 1).to_pylist()[0]}"
+
+
+@dataclass(frozen=True)
+class row_count_between:
+    """Fail unless ``minimum <= rows <= maximum`` (``None``: unbounded)."""
+
+    minimum: int = 0
+    maximum: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"row_count_between({self.minimum}, {self.maximum})"
+
+    def __call__(self, batch: StagedBatch) -> str | None:
+        if batch.rows < self.minimum or (self.maximum is not None and batch.rows > self.maximum):
+            return f"{batch.rows} rows, expected between {self.minimum} and {self.maximum}"
+        return None
+
+
+@dataclass(frozen=True)
+class row_count_within:
+    """Fail if the row count differs from the previous batch's by more than
+    ``percent`` % (passes when there is no previous batch)."""
+
+    percent: float
+
+    @property
+    def name(self) -> str:
+        return f"row_count_within({self.percent:g}%)"
+
+    def __call__(self, batch: StagedBatch) -> str | None:
+        previous = batch.previous_rows
+        if previous is None:
+            return None
+        if previous == 0:
+            return None if batch.rows == 0 else f"{batch.rows} rows after an empty batch"
+        change = 100 * abs(batch.rows - previous) / previous
+        if change > self.percent:
+            return (
+                f"{batch.rows} rows vs {previous:g} in the previous batch "
+                f"({change:.0f}% > {self.percent:g}%)"
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class sql:
+    """Fail if ``query`` (Spark SQL over ``staged``) returns any row."""
+
+    query: str
+    label: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.label or f"sql({self.query!r})"
+
+    def __call__(self, batch: StagedBatch) -> str | None:
+        rows = batch.sql(self.query).limit(3).collect()
+        if not rows:
+            return None
+        return f"returned rows, e.g. {[r.asDict() for r in rows]}"
+
+
+def expect(predicate: str, *, label: str | None = None) -> sql:
+    """Fail if any row violates ``predicate`` (a Spark SQL boolean expression)."""
+    return sql(
+        f"SELECT * FROM staged WHERE NOT coalesce(({predicate}), false)",
+        label=label or f"expect({predicate!r})",
+    )
