@@ -1,0 +1,131 @@
+"""docs/runbook.md: every command of every section, run against the situation it is for."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from deltasink import DeltaSink, FencedError, MergeSpec, checks
+from tests import support
+
+RUNBOOK = Path(__file__).resolve().parents[1] / "docs" / "runbook.md"
+DOC_TARGET = "/lake/silver/orders"
+UPSERT = MergeSpec(keys=["id"])
+
+
+def sections() -> dict[str, list[str]]:
+    """Heading -> the deltasink commands of its ```bash blocks."""
+    found: dict[str, list[str]] = {}
+    heading = ""
+    in_bash = False
+    for line in RUNBOOK.read_text().splitlines():
+        if line.startswith("## "):
+            heading = line[3:].strip()
+        elif line.startswith("```bash"):
+            in_bash = True
+        elif line.startswith("```"):
+            in_bash = False
+        elif in_bash and line.startswith("deltasink "):
+            found.setdefault(heading, []).append(line)
+    return found
+
+
+def run(command: str, target: str) -> tuple[int, str]:
+    from deltasink.cli import app
+
+    args = shlex.split(command.replace(DOC_TARGET, target))[1:]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.output
+
+
+def batch(*ids: int) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "value": [f"v{i}" for i in ids]})
+
+
+def test_every_section_is_covered() -> None:
+    assert set(sections()) == {
+        "The job crashed",
+        "A version is quarantined",
+        "Two writers with the same app_id",
+        "I need to re-run a day",
+        "Housekeeping",
+    }
+
+
+def test_the_job_crashed(target: str) -> None:
+    job = DeltaSink(target, "orders-ingest", UPSERT)
+    job.write(batch(1), 0)
+    job.pre_commit(batch(2), 1)
+    job.pre_commit(batch(3), 2)  # ... and the job dies
+    status, recover = sections()["The job crashed"]
+    code, output = run(status, target)
+    assert code == 0
+    assert "pending versions" in output
+    code, output = run(recover, target)
+    assert code == 0
+    assert "committed version is now 2" in output
+    assert support.ids(target) == [1, 2, 3]
+
+
+def test_a_version_is_quarantined(target: str) -> None:
+    job = DeltaSink(target, "orders-ingest", UPSERT, checks=[checks.row_count_between(1)])
+    job.write(batch(1), 6)
+    job.pre_commit(batch(), 7)  # empty: fails the check
+    job.pre_commit(batch(8), 8)
+    assert job.commit(8).quarantined_versions == [7]
+    status, abort, recover = sections()["A version is quarantined"]
+    code, output = run(status, target)
+    assert code == 0
+    assert "quarantined" in output
+    assert run(abort, target)[0] == 0
+    code, output = run(recover, target)
+    assert code == 0
+    assert support.ids(target) == [1, 8]
+
+
+def test_two_writers(target: str) -> None:
+    old = DeltaSink(target, "orders-ingest", UPSERT)
+    old.write(batch(1), 0)
+    (status,) = sections()["Two writers with the same app_id"]
+    assert run(status, target)[0] == 0  # looking does not take over
+    old.write(batch(2), 1)
+    new = DeltaSink(target, "orders-ingest", UPSERT)
+    new.recover()
+    with pytest.raises(FencedError):
+        old.write(batch(3), 2)
+    new.write(batch(3), 2)
+    assert support.ids(target) == [1, 2, 3]
+
+
+def test_rerun_a_day(target: str) -> None:
+    daily = DeltaSink(target, "orders-daily", UPSERT)
+    daily.write(batch(1, 2), 20261121)
+    assert daily.write(batch(1, 2), 20261121).results == ()  # a plain re-run: no-op
+    backfill = DeltaSink(target, "orders-backfill", UPSERT)
+    backfill.write(pa.table({"id": [1, 2], "value": ["fixed", "fixed"]}), 20261121)
+    history, status = sections()["I need to re-run a day"]
+    code, output = run(history + " --json", target)
+    assert code == 0
+    assert [e["version"] for e in json.loads(output)] == [20261121]
+    code, output = run(status + " --json", target)
+    assert code == 0
+    assert json.loads(output)["committed_version"] == 20261121
+    assert support.rows(target) == [{"id": 1, "value": "fixed"}, {"id": 2, "value": "fixed"}]
+
+
+def test_housekeeping(target: str) -> None:
+    job = DeltaSink(target, "orders-ingest", UPSERT)
+    job.write(batch(1), 0)
+    (gc,) = sections()["Housekeeping"]
+    code, output = run(gc, target)
+    assert code == 0
+    assert re.search(r"removed 0 file\(s\) older than 168 h", output)
+    code, output = run(gc.replace("168", "0") + " --dry-run", target)
+    assert code == 0
+    assert "would remove 1 file(s)" in output
