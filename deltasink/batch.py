@@ -104,7 +104,14 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
             return data
         from deltasink.engine import embedded_spark
 
-        return _spark_to_arrow(embedded_spark().createDataFrame(data), spec)
+        spark = embedded_spark()
+        if data.num_rows == 0:  # Spark cannot infer a schema from no rows: give it one
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            frame = spark.createDataFrame([], schema=from_arrow_schema(data.schema))
+        else:
+            frame = spark.createDataFrame(data)
+        return _spark_to_arrow(frame, spec)
     if is_spark_dataframe(data):
         return _spark_to_arrow(data, spec)
     raise InvalidInputError(

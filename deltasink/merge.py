@@ -17,14 +17,18 @@ where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is s
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from deltasink.batch import DELETE_COLUMN, quote
 from deltasink.spec import MergeSpec
 
-__all__ = ["Clause", "MergePlan", "compile_merge"]
+__all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges"]
 
 SOURCE, TARGET = "s", "t"
 
@@ -112,17 +116,63 @@ def _and(*parts: str | None) -> str | None:
     return " AND ".join(f"({p})" for p in present)
 
 
-def compile_merge(spec: MergeSpec, columns: Sequence[str], *, has_delete: bool) -> MergePlan:
+def _literal(value: object) -> str | None:
+    """``value`` as a SQL literal both engines parse, or ``None`` if not supported."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, datetime.datetime):
+        return None  # time zones make timestamp literals engine-specific
+    if isinstance(value, datetime.date):
+        return f"CAST('{value.isoformat()}' AS DATE)"
+    return None
+
+
+def key_ranges(batch: pa.Table, keys: Sequence[str]) -> str | None:
+    """A predicate on the target restricting each key to the batch's [min, max].
+
+    Added to the MERGE condition it lets the engine skip target files whose key
+    statistics cannot match (file pruning), which a plain ``t.k = s.k`` does not do
+    for a streamed source. Only for integer, string and date keys.
+    """
+    parts = []
+    for key in keys:
+        column = batch.column(key)
+        if not (
+            pa.types.is_integer(column.type)
+            or pa.types.is_string(column.type)
+            or pa.types.is_large_string(column.type)
+            or pa.types.is_date(column.type)
+        ):
+            continue
+        bounds = pc.min_max(column)
+        low, high = _literal(bounds["min"].as_py()), _literal(bounds["max"].as_py())
+        if low is None or high is None:
+            continue
+        parts.append(f"{TARGET}.{quote(key)} >= {low} AND {TARGET}.{quote(key)} <= {high}")
+    return " AND ".join(parts) if parts else None
+
+
+def compile_merge(
+    spec: MergeSpec, columns: Sequence[str], *, has_delete: bool, prune: str | None = None
+) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
     Args:
         spec: An ``upsert`` or ``insert`` spec.
         columns: The batch's data columns (without deltasink's system columns).
         has_delete: Whether the staged batch carries the delete flag column.
+        prune: A target-only predicate true for every target row that can match
+            (see :func:`key_ranges`), added to the join condition.
     """
     if spec.mode == "append":
         raise ValueError("append is not a MERGE; write the rows instead")
     on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+    if prune:
+        on = f"{on} AND {prune}"
     data_columns = tuple(c for c in columns if c != DELETE_COLUMN)
     updates = tuple(c for c in data_columns if c not in spec.keys)
     is_delete = f"{SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None

@@ -20,7 +20,7 @@ from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN
 from deltasink.deltalog import arrow_schema, commit_properties, open_table
 from deltasink.errors import CommitError
-from deltasink.merge import SOURCE, TARGET, compile_merge
+from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
 from deltasink.protocol import CommitResult
 from deltasink.schema import align_to_target
 from deltasink.spec import MergeSpec
@@ -181,29 +181,27 @@ class TargetTable:
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
-            for column in arrow_schema(table):  # Delta fills absent nullable columns
-                if column.name not in values.column_names:
-                    values = values.append_column(
-                        column.name, pa.nulls(values.num_rows, column.type)
-                    )
-            if values.num_rows:
-                write_deltalake(
-                    table,
-                    values,
-                    mode="append",
-                    schema_mode="merge" if spec.schema_evolution else None,
-                    commit_properties=props,
-                )
-            metrics["num_target_rows_inserted"] = values.num_rows
+            metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
+        elif self._no_existing_keys(table, values, spec):
+            # Insert-only fast path: no key of the batch can exist in the target, so
+            # the MERGE would only insert. Deletes of absent keys are no-ops.
+            rows = values if flag is None else values.filter(pc.invert(flag))
+            metrics["num_target_rows_inserted"] = self._append(table, rows, spec, props)
         else:
             source = values if flag is None else values.append_column(DELETE_COLUMN, flag)
-            plan = compile_merge(spec, values.column_names, has_delete=flag is not None)
+            plan = compile_merge(
+                spec,
+                values.column_names,
+                has_delete=flag is not None,
+                prune=key_ranges(values, spec.keys),
+            )
             merger = table.merge(
                 source,
                 plan.on,
                 source_alias=SOURCE,
                 target_alias=TARGET,
                 merge_schema=spec.schema_evolution,
+                streamed_exec=False,  # the source is in memory: lets delta-rs prune files
                 commit_properties=props,
             )
             metrics = plan.apply_to(merger).execute()
@@ -228,6 +226,58 @@ class TargetTable:
             rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
             duration_s=time.perf_counter() - start,
         )
+
+    @staticmethod
+    def _append(table: DeltaTable, values: pa.Table, spec: MergeSpec, props: Any) -> int:
+        """Append ``values`` (absent nullable columns filled with nulls, as Delta does)."""
+        for column in arrow_schema(table):
+            if column.name not in values.column_names:
+                values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
+        if values.num_rows:
+            write_deltalake(
+                table,
+                values,
+                mode="append",
+                schema_mode="merge" if spec.schema_evolution else None,
+                commit_properties=props,
+            )
+        return values.num_rows
+
+    @staticmethod
+    def _no_existing_keys(table: DeltaTable, values: pa.Table, spec: MergeSpec) -> bool:
+        """Whether the target's file statistics prove that no key of ``values`` exists
+        in the target: single integer/date/timestamp key, every file with min/max
+        statistics, and the batch's key range disjoint from every file's. (String
+        statistics may be truncated, so string keys never take this path.)"""
+        if len(spec.keys) != 1 or values.num_rows == 0:
+            return False
+        key = spec.keys[0]
+        column = values.column(key)
+        if not (
+            pa.types.is_integer(column.type)
+            or pa.types.is_date(column.type)
+            or pa.types.is_timestamp(column.type)
+        ):
+            return False
+        actions = pa.table(table.get_add_actions(flatten=True))
+        if actions.num_rows == 0:
+            return True
+        names = (f"min.{key}", f"max.{key}")
+        if any(n not in actions.column_names for n in names):
+            return False
+        mins, maxs = actions.column(names[0]), actions.column(names[1])
+        if mins.null_count or maxs.null_count:
+            return False
+        bounds = pc.min_max(column)
+        low, high = bounds["min"], bounds["max"]
+        try:
+            overlap = pc.and_(
+                pc.less_equal(mins.cast(column.type), high),
+                pc.greater_equal(maxs.cast(column.type), low),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+        return not pc.any(overlap).as_py()
 
     def _create(self, data: pa.Table, props: Any, versions: list[int]) -> tuple[int, int] | None:
         """Create the target from the batch's inserted rows; ``None`` if another writer

@@ -275,3 +275,12 @@ def test_staged_rows_are_exactly_the_batch(target: str, batch_rows: int) -> None
     staged = sink._backend.staging.read(0)  # type: ignore[attr-defined]
     assert staged.num_rows == batch_rows
     assert sorted(staged.column("id").to_pylist()) == list(range(batch_rows))
+
+
+def test_empty_arrow_batch_with_delete_when(target: str) -> None:
+    sink = DeltaSink(target, "cdc", MergeSpec(keys=["id"], delete_when="op = 'D'"))
+    sink.write(pa.table({"id": [1], "op": ["I"]}), 0)
+    empty = pa.table({"id": pa.array([], pa.int64()), "op": pa.array([], pa.string())})
+    assert sink.write(empty, 1).committed_versions == [1]
+    assert support.marker(target, "cdc") == 1
+    assert support.rows(target) == [{"id": 1, "op": "I"}]

@@ -1,0 +1,118 @@
+"""Scoped Spark SQL confs: set some keys for one block, then put back what was there.
+
+Delta reads the identity of an idempotent DML commit (``MERGE``, ``DELETE``,
+``UPDATE``, ``INSERT``) from two session confs, ``spark.databricks.delta.write.txnAppId``
+and ``.txnVersion`` (Delta ≥ 2.3), and its commit message from
+``spark.databricks.delta.commitInfo.userMetadata``. Delta leaves them set after the
+commit, so a later, unrelated write on the same session would be tagged with the same
+``(app_id, version)`` and silently skipped as "already applied". :func:`session_conf`
+therefore sets them for exactly one statement and restores the previous state
+afterwards: the previous value where there was one, *unset* where there was none, on
+success and on error alike.
+
+Confs are per session, so two threads running scoped blocks on one session would see
+each other's values; :func:`session_conf` serialises the blocks of one session object
+within this process (other code on the same session is not covered: give deltasink its
+own session, or do not write from other threads while it commits).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+__all__ = [
+    "TXN_APP_ID",
+    "TXN_VERSION",
+    "USER_METADATA",
+    "delta_txn",
+    "session_conf",
+]
+
+logger = logging.getLogger("deltasink")
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+_guard = threading.Lock()
+_locks: dict[int, threading.RLock] = {}
+
+
+def _lock_for(spark: Any) -> threading.RLock:
+    with _guard:
+        lock = _locks.get(id(spark))
+        if lock is None:
+            lock = _locks[id(spark)] = threading.RLock()
+        return lock
+
+
+def _get(spark: Any, key: str) -> str | None:
+    """The session's value for ``key``, or ``None`` when it is not set.
+
+    ``conf.get(key, None)`` answers ``None`` for an unset key on classic sessions
+    (registered optional confs included) and on Spark Connect.
+    """
+    value = spark.conf.get(key, None)
+    return None if value is None else str(value)
+
+
+def _put(spark: Any, key: str, value: str | None) -> None:
+    if value is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, value)
+
+
+@contextmanager
+def session_conf(spark: Any, settings: Mapping[str, str | int | None]) -> Iterator[None]:
+    """Set ``settings`` on ``spark`` for the ``with`` block, then restore them.
+
+    Each key gets its value for the block (``None`` unsets it for the block); on exit,
+    normal or by an exception, each key is set back to the value it had before, or
+    unset if it had none. Blocks on the same session object are serialised within the
+    process and may nest.
+
+    Args:
+        spark: A PySpark ``SparkSession``, classic or Spark Connect.
+        settings: ``{conf key: value}``; values are passed as strings.
+
+    Raises:
+        Whatever ``spark.conf.set`` raises for a key that cannot be set (a static
+        conf, say); the keys already set are restored first.
+    """
+    lock = _lock_for(spark)
+    with lock:
+        previous: dict[str, str | None] = {}
+        try:
+            for key, value in settings.items():
+                previous[key] = _get(spark, key)
+                _put(spark, key, None if value is None else str(value))
+            yield
+        finally:
+            failures: list[str] = []
+            for key, value in reversed(previous.items()):
+                try:
+                    _put(spark, key, value)
+                except Exception as exc:  # keep restoring the others
+                    failures.append(f"{key}: {exc}")
+            if failures:
+                logger.warning("could not restore Spark confs %s", "; ".join(failures))
+
+
+def delta_txn(
+    spark: Any, app_id: str, version: int, *, user_metadata: str | None = None
+) -> AbstractContextManager[None]:
+    """:func:`session_conf` for one idempotent Delta DML statement.
+
+    Inside the block, Delta commits the statement with ``txn(app_id, version)`` and
+    ``userMetadata``, or skips it when the table's ``txn`` version for ``app_id`` is
+    already ≥ ``version``.
+    """
+    settings: dict[str, str | int | None] = {TXN_APP_ID: app_id, TXN_VERSION: version}
+    if user_metadata is not None:
+        settings[USER_METADATA] = user_metadata
+    return session_conf(spark, settings)

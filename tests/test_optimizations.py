@@ -1,0 +1,230 @@
+"""Each performance optimisation, pinned by a test of its correctness."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from deltasink import DeltaSink, MergeSpec
+from deltasink.merge import key_ranges
+from deltasink.staging import StagingTable
+from tests import support
+
+
+def operations(target: str) -> list[str]:
+    return [c["operation"] for c in reversed(DeltaTable(target).history())]
+
+
+# -- pruning predicates -------------------------------------------------------------------
+
+
+def test_key_ranges_render_literals_both_engines_parse() -> None:
+    batch = pa.table(
+        {
+            "id": [5, 2, 9],
+            "name": ["b'x", "a", "c"],
+            "day": [dt.date(2024, 1, 3), dt.date(2024, 1, 1), dt.date(2024, 1, 2)],
+            "score": [1.5, 2.5, 0.5],
+        }
+    )
+    assert key_ranges(batch, ["id"]) == "t.`id` >= 2 AND t.`id` <= 9"
+    assert key_ranges(batch, ["name"]) == "t.`name` >= 'a' AND t.`name` <= 'c'"
+    assert key_ranges(batch, ["day"]) == (
+        "t.`day` >= CAST('2024-01-01' AS DATE) AND t.`day` <= CAST('2024-01-03' AS DATE)"
+    )
+    assert key_ranges(batch, ["score"]) is None  # floats are not pruned on
+    assert key_ranges(pa.table({"n": ["it's"]}), ["n"]) == "t.`n` >= 'it''s' AND t.`n` <= 'it''s'"
+
+
+def test_pruned_merge_matches_rows_in_every_file(target: str) -> None:
+    # a target of 4 files with interleaved key ranges; the batch touches all of them
+    for part in range(4):
+        ids = list(range(part, 40, 4))
+        write_deltalake(target, pa.table({"id": ids, "v": ["old"] * len(ids)}), mode="append")
+    sink = DeltaSink(target, "prune", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [0, 13, 26, 39, 40], "v": ["new"] * 5}), 0)
+    rows = {r["id"]: r["v"] for r in support.rows(target)}
+    assert len(rows) == 41
+    assert {k for k, v in rows.items() if v == "new"} == {0, 13, 26, 39, 40}
+
+
+def test_pruned_merge_with_string_keys(target: str) -> None:
+    write_deltalake(target, pa.table({"k": ["a", "m", "z"], "v": [1, 1, 1]}))
+    DeltaSink(target, "prune", MergeSpec(keys=["k"])).write(
+        pa.table({"k": ["m", "n"], "v": [2, 2]}), 0
+    )
+    assert support.rows(target, sort_by="k") == [
+        {"k": "a", "v": 1},
+        {"k": "m", "v": 2},
+        {"k": "n", "v": 2},
+        {"k": "z", "v": 1},
+    ]
+
+
+# -- insert-only fast path ------------------------------------------------------------------
+
+
+def test_disjoint_keys_take_the_append_path(target: str) -> None:
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), 0)
+    report = sink.write(pa.table({"id": [10, 11], "v": ["x", "y"]}), 1)
+    assert operations(target) == ["WRITE", "WRITE"]
+    assert report.results[0].rows_inserted == 2
+    assert support.ids(target) == [1, 2, 3, 10, 11]
+    assert support.txn_commits(target, "fast") == {0: [0], 1: [1]}
+
+
+def test_one_overlapping_key_forces_a_merge(target: str) -> None:
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1, 5], "v": ["a", "b"]}), 0)
+    sink.write(pa.table({"id": [3, 100], "v": ["c", "d"]}), 1)  # 3 lies inside [1, 5]
+    assert operations(target) == ["WRITE", "MERGE"]
+    sink.write(pa.table({"id": [5, 200], "v": ["B", "e"]}), 2)  # 5 exists
+    assert operations(target)[-1] == "MERGE"
+    assert support.rows(target) == [
+        {"id": 1, "v": "a"},
+        {"id": 3, "v": "c"},
+        {"id": 5, "v": "B"},
+        {"id": 100, "v": "d"},
+        {"id": 200, "v": "e"},
+    ]
+
+
+def test_fast_path_drops_deletes_of_absent_keys(target: str) -> None:
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["id"], delete_when="op = 'D'"))
+    sink.write(pa.table({"id": [1], "op": ["I"]}), 0)
+    sink.write(pa.table({"id": [7, 8], "op": ["D", "I"]}), 1)
+    assert operations(target)[-1] == "WRITE"
+    assert support.rows(target) == [{"id": 1, "op": "I"}, {"id": 8, "op": "I"}]
+
+
+def test_string_keys_never_take_the_fast_path(target: str) -> None:
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["k"]))
+    sink.write(pa.table({"k": ["a"], "v": [1]}), 0)
+    sink.write(pa.table({"k": ["b"], "v": [2]}), 1)
+    assert operations(target) == ["WRITE", "MERGE"]
+
+
+def test_insert_mode_fast_path_and_merge(target: str) -> None:
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["id"], mode="insert"))
+    sink.write(pa.table({"id": [1], "v": ["first"]}), 0)
+    sink.write(pa.table({"id": [1, 2], "v": ["second", "x"]}), 1)
+    sink.write(pa.table({"id": [50], "v": ["y"]}), 2)
+    assert operations(target) == ["WRITE", "MERGE", "WRITE"]
+    assert support.rows(target) == [
+        {"id": 1, "v": "first"},
+        {"id": 2, "v": "x"},
+        {"id": 50, "v": "y"},
+    ]
+
+
+# -- no re-reading of data in memory -------------------------------------------------------
+
+
+def test_write_publishes_the_batch_it_just_staged_without_reading_it_back(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: StagingTable, version: int) -> pa.Table:
+        raise AssertionError(f"version {version} was read back from staging")
+
+    monkeypatch.setattr(StagingTable, "read", refuse)
+    sink = DeltaSink(target, "memory", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1, 2], "v": ["a", "b"]}), 0)
+    sink.write(pa.table({"id": [2, 3], "v": ["B", "c"]}), 1)
+    assert support.rows(target) == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "B"},
+        {"id": 3, "v": "c"},
+    ]
+
+
+# -- coalesced commits ------------------------------------------------------------------
+
+
+def random_batches(seed: int, spec: MergeSpec) -> list[pa.Table]:
+    rng = random.Random(seed)
+    batches = []
+    for version in range(8):
+        keys = rng.sample(range(30), rng.randint(0, 10))
+        rows: dict[str, list[Any]] = {"id": keys, "v": [f"{version}-{k}" for k in keys]}
+        if spec.sequence_by:
+            rows["seq"] = [version * 100 + rng.randint(0, 99) for _ in keys]
+        if spec.delete_when:
+            rows["op"] = [rng.choice(["U", "U", "D"]) for _ in keys]
+        batches.append(pa.table(rows, schema=schema_of(spec)))
+    return batches
+
+
+def schema_of(spec: MergeSpec) -> pa.Schema:
+    fields = [pa.field("id", pa.int64()), pa.field("v", pa.string())]
+    if spec.sequence_by:
+        fields.append(pa.field("seq", pa.int64()))
+    if spec.delete_when:
+        fields.append(pa.field("op", pa.string()))
+    return pa.schema(fields)
+
+
+SPECS = {
+    "upsert": MergeSpec(keys=["id"]),
+    "upsert-seq": MergeSpec(keys=["id"], sequence_by="seq"),
+    "upsert-delete": MergeSpec(keys=["id"], delete_when="op = 'D'"),
+    "upsert-seq-delete": MergeSpec(keys=["id"], sequence_by="seq", delete_when="op = 'D'"),
+    "insert": MergeSpec(keys=["id"], mode="insert"),
+    "append": MergeSpec(mode="append"),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_coalesced_commit_equals_one_by_one(tmp_path: Path, name: str, seed: int) -> None:
+    spec = SPECS[name]
+    seed_rows = pa.table(
+        {
+            "id": list(range(0, 30, 3)),
+            "v": ["seed"] * 10,
+            **({"seq": [0] * 10} if spec.sequence_by else {}),
+            **({"op": ["U"] * 10} if spec.delete_when else {}),
+        },
+        schema=schema_of(spec),
+    )
+    results = {}
+    for coalesce in (True, False):
+        target = str(tmp_path / f"t-{coalesce}")
+        sink = DeltaSink(target, "eq", spec, coalesce=coalesce)
+        sink.write(seed_rows, 0)
+        for version, batch in enumerate(random_batches(seed, spec), start=1):
+            sink.pre_commit(batch, version)
+        report = sink.commit(8)
+        assert report.committed_versions == list(range(1, 9))
+        sort = ["id", "v"]
+        results[coalesce] = (
+            DeltaTable(target)
+            .to_pyarrow_table()
+            .sort_by([(c, "ascending") for c in sort])
+            .to_pylist()
+        )
+        markers = support.txn_commits(target, "eq")
+        if coalesce:
+            assert sorted(markers) == [0, 8]  # one target commit, the highest marker
+        else:
+            assert sorted(markers) == list(range(9))
+    assert results[True] == results[False]
+
+
+def test_coalesced_commit_metadata_lists_every_version(target: str) -> None:
+    sink = DeltaSink(target, "meta", MergeSpec(keys=["id"]))
+    for version in range(3):
+        sink.pre_commit(pa.table({"id": [version, 10 + version], "v": ["x", "y"]}), version)
+    report = sink.commit(2)
+    assert [r.versions for r in report.results] == [(0, 1, 2)]
+    assert report.results[0].rows == 6
+    info = support.commit_info(target, 0)
+    assert info["deltasink.versions"] == [0, 1, 2]
+    assert info["deltasink.batchVersion"] == 2
+    assert info["userMetadata"] == "deltasink commit app=meta version=2 versions=0,1,2"
