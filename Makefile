@@ -9,14 +9,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deltasink-installed
 
-.PHONY: setup demo test lint fmt check clean
+.PHONY: setup demo test lint fmt check clean bench
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[embedded,dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -35,6 +35,11 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format deltasink tests jobs bench
 
 check: lint test
+
+# Benchmarks: `make bench` (about 20 min; writes docs/benchmarks.md and .png), or
+# `make bench BENCH_ARGS=--quick` (under 2 min; writes bench/out/benchmarks-quick.md).
+bench: $(STAMP)
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

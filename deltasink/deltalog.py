@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
@@ -20,6 +21,7 @@ __all__ = [
     "commit_properties",
     "is_local",
     "normalize_uri",
+    "now_ms",
     "open_table",
 ]
 
@@ -67,6 +69,11 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(arrow)
 
 
+def now_ms() -> int:
+    """Milliseconds since the epoch (Delta's timestamp unit)."""
+    return int(time.time() * 1000)
+
+
 def commit_properties(
     *,
     app_id: str,
@@ -88,5 +95,11 @@ def commit_properties(
     if len(versions) > 1:
         metadata["deltasink.versions"] = list(versions)
     metadata.update(extra or {})
-    transactions = [Transaction(app_id=app_id, version=version)] if version is not None else None
+    # lastUpdated matters: Delta on Spark treats a txn without it as expired as soon as
+    # delta.setTransactionRetentionDuration is set, and drops it from checkpoints.
+    transactions = (
+        [Transaction(app_id=app_id, version=version, last_updated=now_ms())]
+        if version is not None
+        else None
+    )
     return CommitProperties(custom_metadata=metadata, app_transactions=transactions)

@@ -28,14 +28,19 @@ def embedded_spark(*, quiet: bool = True) -> Any:
         A ``pyspark.sql.connect.session.SparkSession``.
     """
     global _server
-    from pyspark.sql import SparkSession
+    try:
+        from pysail.spark import SparkConnectServer
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise ImportError(
+            "the embedded engine needs the 'embedded' extra: pip install 'deltasink[embedded]' "
+            f"({exc})"
+        ) from exc
 
     with _lock:
         if _server is None or not _server.running:
             if quiet:
                 os.environ.setdefault("RUST_LOG", "warn,sail_common::actor=error")
-            from pysail.spark import SparkConnectServer
-
             server = SparkConnectServer(ip="127.0.0.1", port=0)
             server.start(background=True)
             _server = server

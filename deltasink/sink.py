@@ -14,7 +14,7 @@ from deltasink.backends import Backend, Engine, is_catalog_name, select_engine
 from deltasink.backends.embedded import EmbeddedBackend
 from deltasink.checks import Check
 from deltasink.deltalog import normalize_uri
-from deltasink.errors import ConfigurationError
+from deltasink.errors import ConfigurationError, InvalidVersionError
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.protocol import (
@@ -24,6 +24,7 @@ from deltasink.protocol import (
     StagedVersion,
     Timeouts,
     TwoPhaseCommit,
+    check_version,
 )
 from deltasink.spec import MergeSpec
 from deltasink.staging import GcResult, StagingTable
@@ -334,8 +335,23 @@ class DeltaSink:
         """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
 
         A micro-batch that Spark replays after a restart has the same ``batch_id`` and
-        is therefore applied once.
+        is therefore applied once. Spark only ever replays the *last* batch, so a
+        ``batch_id`` below the committed version means the query's checkpoint was reset
+        (or belongs to another query) while the ``app_id`` stayed: its batches would be
+        dropped as duplicates, so this raises instead.
+
+        Raises:
+            InvalidVersionError: ``batch_id`` is below the committed version.
         """
+        committed = self._core.state().committed_version
+        if committed is not None and check_version(batch_id) < committed:
+            raise InvalidVersionError(
+                f"foreachBatch batch_id {batch_id} is below app {self.app_id!r}'s committed "
+                f"version {committed}: the streaming checkpoint was reset or belongs to "
+                "another query. Give the new query its own app_id (or its old checkpoint).",
+                app_id=self.app_id,
+                version=int(batch_id),
+            )
         self.write(df, batch_id)
 
     def abort(self, version: int) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,7 @@ from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.deltalog import arrow_schema, commit_properties, open_table
+from deltasink.deltalog import arrow_schema, commit_properties, now_ms, open_table
 from deltasink.errors import CommitError, FencedError, StagingOwnershipError
 from deltasink.protocol import DiscardReason, StagedVersion
 from deltasink.spec import MergeSpec
@@ -457,7 +458,11 @@ class StagingTable:
         )
         if reason == "committed":
             props.app_transactions = [
-                Transaction(app_id=self.app_id + COMMITTED_SUFFIX, version=max(versions))
+                Transaction(
+                    app_id=self.app_id + COMMITTED_SUFFIX,
+                    version=max(versions),
+                    last_updated=now_ms(),
+                )
             ]
         table.delete(f"{VERSION_COLUMN} IN ({listed})", commit_properties=props)
 
@@ -465,8 +470,9 @@ class StagingTable:
         """Expire what no staged version needs any more, and compact the log.
 
         Deletes data files that the current snapshot no longer references and that
-        are older than ``retention`` (VACUUM): the staging data of committed, aborted
-        and abandoned versions, and orphans of failed stagings. Then writes a
+        are older than ``retention`` (VACUUM, in whole hours, rounded up so nothing younger goes): the
+        staging data of committed, aborted and abandoned versions, and orphans of
+        failed stagings. Then writes a
         checkpoint and removes expired log files, so reading the staging state stays
         fast after thousands of versions. Staged versions are never touched.
         """
@@ -474,9 +480,10 @@ class StagingTable:
         if table is None:
             return GcResult((), dry_run)
         files = table.vacuum(
-            retention_hours=int(retention.total_seconds() // 3600),
+            retention_hours=math.ceil(retention.total_seconds() / 3600),
             dry_run=dry_run,
             enforce_retention_duration=False,
+            full=True,  # also files never referenced by the log (failed stagings)
             commit_properties=commit_properties(app_id=self.app_id, version=None, operation="gc"),
         )
         if not dry_run:

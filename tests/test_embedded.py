@@ -12,7 +12,7 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 
-from deltasink import DeltaSink, MergeSpec, __version__
+from deltasink import DeltaSink, InvalidVersionError, MergeSpec, __version__
 from deltasink.staging import PROP_APP, PROP_SPEC, PROP_TARGET
 from tests import support
 
@@ -284,3 +284,13 @@ def test_empty_arrow_batch_with_delete_when(target: str) -> None:
     assert sink.write(empty, 1).committed_versions == [1]
     assert support.marker(target, "cdc") == 1
     assert support.rows(target) == [{"id": 1, "op": "I"}]
+
+
+def test_foreach_batch_refuses_a_reset_checkpoint(target: str) -> None:
+    sink = DeltaSink(target, "stream", MergeSpec(mode="append"))
+    for batch_id in range(3):
+        sink.foreach_batch(pa.table({"id": [batch_id]}), batch_id)
+    sink.foreach_batch(pa.table({"id": [2]}), 2)  # Spark replays the last batch: a no-op
+    with pytest.raises(InvalidVersionError, match="checkpoint was reset"):
+        sink.foreach_batch(pa.table({"id": [0]}), 0)  # a new checkpoint, same app_id
+    assert support.ids(target) == [0, 1, 2]
