@@ -25,7 +25,16 @@ from deltasink.errors import (
 from deltasink.schema import align_to_target, nullable_schema
 from deltasink.spec import RESERVED_PREFIX, MergeSpec
 
-__all__ = ["DELETE_COLUMN", "coalesce", "collect", "is_spark_dataframe", "prepare", "quote"]
+__all__ = [
+    "DELETE_COLUMN",
+    "check_required",
+    "coalesce",
+    "collect",
+    "delete_expr",
+    "is_spark_dataframe",
+    "prepare",
+    "quote",
+]
 
 #: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
 DELETE_COLUMN = "_deltasink_delete"
@@ -59,7 +68,7 @@ def _check_names(names: Sequence[str]) -> None:
         )
 
 
-def _delete_expr(predicate: str) -> str:
+def delete_expr(predicate: str) -> str:
     return f"coalesce(({predicate}), false) AS {quote(DELETE_COLUMN)}"
 
 
@@ -69,7 +78,7 @@ def _spark_to_arrow(df: Any, spec: MergeSpec) -> pa.Table:
         table: pa.Table = df.toArrow()
         return table
     try:
-        flagged: pa.Table = df.selectExpr("*", _delete_expr(spec.delete_when)).toArrow()
+        flagged: pa.Table = df.selectExpr("*", delete_expr(spec.delete_when)).toArrow()
     except Exception as exc:
         try:  # is it the predicate, or the DataFrame itself?
             df.limit(0).toArrow()
@@ -120,7 +129,7 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
     )
 
 
-def _check_required(table: pa.Table, spec: MergeSpec) -> None:
+def check_required(table: pa.Table, spec: MergeSpec) -> None:
     for name in spec.required_columns:
         role = "sequence_by" if name == spec.sequence_by else "key"
         if name not in table.column_names:
@@ -204,7 +213,7 @@ def prepare(
     Raises:
         KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc.
     """
-    _check_required(table, spec)
+    check_required(table, spec)
     flag = table.column(DELETE_COLUMN) if DELETE_COLUMN in table.column_names else None
     data = table.drop_columns([DELETE_COLUMN]) if flag is not None else table
     if target_schema is not None:

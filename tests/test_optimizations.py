@@ -228,3 +228,13 @@ def test_coalesced_commit_metadata_lists_every_version(target: str) -> None:
     assert info["deltasink.versions"] == [0, 1, 2]
     assert info["deltasink.batchVersion"] == 2
     assert info["userMetadata"] == "deltasink commit app=meta version=2 versions=0,1,2"
+
+
+def test_versions_with_different_columns_are_committed_one_by_one(target: str) -> None:
+    sink = DeltaSink(target, "cols", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "a": ["a0"], "b": ["b0"]}), 0)
+    sink.pre_commit(pa.table({"id": [1], "a": ["a1"]}), 1)  # leaves b alone
+    sink.pre_commit(pa.table({"id": [1], "b": ["b2"]}), 2)  # leaves a alone
+    report = sink.commit(2)
+    assert [r.all_versions for r in report.results] == [(1,), (2,)]
+    assert support.rows(target) == [{"id": 1, "a": "a1", "b": "b2"}]

@@ -18,7 +18,7 @@ import pyarrow as pa
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, coalesce, collect, prepare
 from deltasink.checks import Check, StagedBatch, run_checks
-from deltasink.errors import ConfigurationError
+from deltasink.errors import CommitError, ConfigurationError
 from deltasink.history import HistoryEntry, history_from_commits, previous_rows
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.spec import MergeSpec
@@ -187,7 +187,18 @@ class EmbeddedBackend:
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         self._fence()
         spec = self.spec_for_staged()
-        data = coalesce([(s.version, self._data(s.version)) for s in staged], spec)
+        tables = [(s.version, self._data(s.version)) for s in staged]
+        columns = {tuple(sorted(t.column_names)) for _, t in tables}
+        if len(columns) > 1 and spec.mode != "append":
+            # A version that omits a column leaves it alone on update; a coalesced
+            # batch would have to fill it with nulls. The core goes one by one.
+            raise CommitError(
+                "the coalesced versions were staged with different columns",
+                table=self.target.uri,
+                app_id=self.app_id,
+                version=staged[-1].version,
+            )
+        data = coalesce(tables, spec)
         result = self.target.apply(
             data,
             spec=spec,

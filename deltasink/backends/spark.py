@@ -33,6 +33,7 @@ import logging
 import random
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -42,7 +43,7 @@ import pyarrow as pa
 
 from deltasink import _faults
 from deltasink.backends import is_catalog_name
-from deltasink.batch import DELETE_COLUMN, _check_required, _delete_expr, collect, prepare, quote
+from deltasink.batch import DELETE_COLUMN, check_required, collect, delete_expr, prepare, quote
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.deltalog import is_local
 from deltasink.errors import (
@@ -79,6 +80,8 @@ logger = logging.getLogger("deltasink")
 
 LogReader = Literal["auto", "delta-rs", "spark"]
 
+#: Staging table property: the token of the writer that claimed the current epoch.
+PROP_EPOCH_OWNER = "deltasink.epochOwner"
 #: ``txnAppId`` suffix of staging commits that must not be skipped by Delta's ``txn``
 #: check (re-staging an aborted version, recording the discard of an empty one); their
 #: ``txnVersion`` is the staging table's next version, so it always increases.
@@ -227,9 +230,9 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
             ``delete_when``.
     """
     zero = collect(df.limit(0), spec)  # names; delete_when evaluated by the df's session
-    _check_required(zero, spec)  # missing key / sequence_by columns
+    check_required(zero, spec)  # missing key / sequence_by columns
     target_arrow: pa.Schema | None = None if target is None else target.limit(0).toArrow().schema
-    frame = df.selectExpr("*", _delete_expr(spec.delete_when)) if spec.delete_when else df
+    frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
     not_null = [
         f.name
         for f in (target_arrow or [])
@@ -481,6 +484,7 @@ class SparkBackend:
         self.checks = tuple(checks)
         self._spec = spec
         self._epoch: int | None = None
+        self._owner: str | None = None
         self._warned_mark: int | None = None
         self.target_ref = table_ref(target)
         self.staging_ref = table_ref(staging)
@@ -802,20 +806,29 @@ class SparkBackend:
         return self._epoch
 
     def _claim_epoch(self) -> int:
+        """Set ``deltasink.epoch`` to the next value, with this writer's token in
+        ``deltasink.epochOwner``. A Spark ``ALTER TABLE`` reads the table when it starts,
+        not when the epoch was read, so two claimers may write the same epoch; the token
+        tells them apart (the last one wins, the other claims again)."""
+        token = uuid.uuid4().hex
         for _ in range(_CLAIM_ATTEMPTS):
             props = self._staging_props()
             assert props is not None
             epoch = int(props.get(PROP_EPOCH, "0")) + 1
             try:
                 self._set_props(
-                    {PROP_EPOCH: str(epoch)}, user_metadata("claim-epoch", self.app_id, None)
+                    {PROP_EPOCH: str(epoch), PROP_EPOCH_OWNER: token},
+                    user_metadata("claim-epoch", self.app_id, None),
                 )
             except Exception as exc:
                 if is_conflict(exc):  # another writer claimed at the same time
                     continue
                 raise
-            logger.debug("app %r claimed staging epoch %s", self.app_id, epoch)
-            return epoch
+            now = self._staging_props() or {}
+            if now.get(PROP_EPOCH) == str(epoch) and now.get(PROP_EPOCH_OWNER) == token:
+                logger.debug("app %r claimed staging epoch %s", self.app_id, epoch)
+                self._owner = token
+                return epoch
         raise CommitError(
             f"could not claim a writer epoch on {self.staging} after {_CLAIM_ATTEMPTS} "
             "attempts: other writers with the same app_id keep claiming it. Run one writer "
@@ -830,7 +843,7 @@ class SparkBackend:
             return
         props = self._staging_props() or {}
         current = int(props.get(PROP_EPOCH, "0"))
-        if current != self._epoch:
+        if current != self._epoch or props.get(PROP_EPOCH_OWNER) != self._owner:
             raise FencedError(
                 f"app {self.app_id!r} on {self.target}: another writer with the same app_id "
                 f"took over the staging table (epoch {current}; this sink holds epoch "

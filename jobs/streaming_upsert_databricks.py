@@ -1,0 +1,234 @@
+"""Streaming upsert on Databricks (or any Spark cluster): Auto Loader -> foreachBatch ->
+MERGE into a Delta table, exactly once.
+
+What it does:
+  * reads new order events with Structured Streaming: Auto Loader (``cloudFiles``) over a
+    landing path (a Unity Catalog volume, cloud storage), or a Delta table, or plain
+    JSON files (OSS Spark, local runs);
+  * ``writeStream.foreachBatch(...)`` hands each micro-batch to deltasink; the
+    ``batch_id`` is the version: the batch is pre-committed (staged) and committed
+    (MERGEd into the target, by ``order_id``, with ``txn(app_id, batch_id)`` in the same
+    Delta commit);
+  * ``sink.recover()`` runs at start-up, before the query starts.
+
+Exactly once with Spark's checkpoint (seed 001: source progress vs. sink commit): Spark
+writes ``offsets/n`` (which input forms batch n) BEFORE running batch n and
+``commits/n`` (the source progress) only AFTER ``foreachBatch`` returned, i.e. after the
+sink committed. A crash in between makes Spark run batch n again after the restart, with
+the same input and the same ``batch_id``: the target's marker makes it a no-op. A crash
+between pre-commit and commit leaves batch n staged: ``recover()`` commits it, then the
+replay is a no-op. Two rules follow:
+  * keep ``--checkpoint`` and ``--app-id`` together: a new (or deleted) checkpoint
+    starts again at batch 0, so it needs a NEW app id (this job refuses to run a batch
+    whose id is below the target's committed version, instead of dropping it);
+  * run one query per app id (the bundle sets ``max_concurrent_runs: 1``); a second
+    writer fences the first, which then fails with ``FencedError``.
+
+Run on Databricks: deploy the bundle (``databricks.yml``, job ``orders_stream``) or make
+a Python script task with, e.g.:
+
+    --source /Volumes/main/sales/landing/orders --target main.sales.orders
+    --checkpoint /Volumes/main/sales/checkpoints/orders_stream --app-id orders-stream
+
+Run on OSS Spark 4 with delta-spark (then Spark itself makes the Delta commits)::
+
+    spark-submit --packages io.delta:delta-spark_2.13:4.0.0 \\
+      --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
+      --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
+      jobs/streaming_upsert_databricks.py --source-format json --source s3://... \\
+      --target s3://.../silver/orders --checkpoint s3://.../_checkpoints/orders_stream
+
+Run locally (classic PySpark on a JVM: needs Java 17, ~10 s to start; no Delta jars:
+deltasink's embedded engine writes the tables with delta-rs)::
+
+    python jobs/streaming_upsert_databricks.py                  # demo in a new temp dir
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 5
+
+Knobs to change when you copy it: ``--source``/``--source-format``, ``--target`` (a
+``catalog.schema.table`` name or a path), ``--checkpoint``, ``--app-id``, ``SCHEMA`` and
+``MERGE`` below, ``--trigger`` (``available-now``: process the backlog and stop, for a
+scheduled job; or an interval such as ``"1 minute"`` for an always-on stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from deltasink import DeltaSink, MergeSpec
+
+APP_ID = "orders-stream"
+SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
+MERGE = MergeSpec(
+    keys=["order_id"],
+    sequence_by="updated_at",  # the latest event per order wins, even out of order
+    delete_when="status = 'cancelled'",  # a cancellation deletes the order
+)
+ON_DATABRICKS = "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def build_sink(args: argparse.Namespace, spark: Any) -> DeltaSink:
+    """The sink; ``engine='auto'`` picks Spark's own Delta writes on Databricks or with
+    delta-spark, and the embedded engine (delta-rs) otherwise."""
+    return DeltaSink(
+        target=args.target, app_id=args.app_id, merge=MERGE, staging=args.staging, spark=spark
+    )
+
+
+def batch_writer(args: argparse.Namespace) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function.
+
+    On classic compute it runs in the driver process. On Spark Connect compute
+    (serverless, standard access mode) Spark pickles it and runs it in a separate
+    Python process, where no object of the driver exists: so the sink is built there,
+    from the batch's own session, once per process.
+    """
+    cache: dict[str, DeltaSink] = {}
+
+    def write_batch(batch_df: Any, batch_id: int) -> None:
+        sink = cache.get("sink")
+        if sink is None:
+            sink = cache["sink"] = build_sink(args, batch_df.sparkSession)
+        committed = sink.status().committed_version
+        if committed is not None and batch_id < committed:
+            # Spark only ever re-runs the LAST planned batch, so this is a reset or
+            # foreign checkpoint: its batches would all be dropped as already committed.
+            raise RuntimeError(
+                f"batch {batch_id} is below the committed version {committed} of app "
+                f"{args.app_id!r} on {args.target}: the checkpoint {args.checkpoint} does "
+                "not belong to this app id (new or reset checkpoint?). Use a new --app-id."
+            )
+        sink.foreach_batch(batch_df, batch_id)  # pre-commit + commit, batch_id = version
+        replay = committed is not None and batch_id <= committed
+        print(f"batch {batch_id}: " + ("already committed (a replay)" if replay else "committed"))
+
+    return write_batch
+
+
+def read_stream(spark: Any, args: argparse.Namespace) -> Any:
+    """The source stream of order events."""
+    if args.source_format == "delta":  # a Delta table, by name or path
+        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", args.max_files)
+        is_path = "/" in args.source or ":" in args.source
+        return reader.load(args.source) if is_path else reader.table(args.source)
+    if args.source_format == "cloudFiles":  # Auto Loader (Databricks only)
+        return (
+            spark.readStream.format("cloudFiles")
+            .schema(SCHEMA)
+            .option("cloudFiles.format", "json")
+            .option("cloudFiles.maxFilesPerTrigger", args.max_files)
+            .load(args.source)
+        )
+    return (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", args.max_files)
+        .json(args.source)
+    )
+
+
+DEMO_EVENTS = [  # (order_id, status, amount, updated_at) per demo file
+    [(1, "created", 10.0, 100), (2, "created", 20.0, 100), (3, "created", 30.0, 100)],
+    [(2, "shipped", 20.0, 200), (3, "cancelled", 30.0, 200), (4, "created", 40.0, 200)],
+    [(1, "shipped", 10.0, 300), (2, "created", 20.0, 150)],  # order 2: stale, ignored
+]
+
+
+def write_demo_files(source: Path, count: int) -> None:
+    """Local demo input: JSON-lines event files 0 .. count-1 (never rewritten)."""
+    source.mkdir(parents=True, exist_ok=True)
+    for n in range(count):
+        path = source / f"events-{n:05d}.json"
+        if path.exists():
+            continue
+        events = DEMO_EVENTS[n] if n < len(DEMO_EVENTS) else [(10 + n, "created", 1.0 * n, n)]
+        lines = [
+            json.dumps(
+                {"order_id": i, "customer": f"c{i % 3}", "amount": a, "status": s, "updated_at": t}
+            )
+            for i, s, a, t in events
+        ]
+        tmp = source / f".{path.name}.tmp"  # Spark's file sources skip dot files
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(path)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lake", help="local runs: root of the default paths (default: temp dir)")
+    parser.add_argument("--source", help="landing path, or Delta table (default: LAKE/landing)")
+    parser.add_argument(
+        "--source-format",
+        choices=["cloudFiles", "delta", "json"],
+        default="cloudFiles" if ON_DATABRICKS else "json",
+        help="Auto Loader (default on Databricks), a Delta table, or JSON files (elsewhere)",
+    )
+    parser.add_argument("--target", help="catalog.schema.table or a path (default: LAKE/silver)")
+    parser.add_argument("--staging", help="staging table (default: next to the target)")
+    parser.add_argument("--checkpoint", help="streaming checkpoint (default: LAKE/_checkpoints)")
+    parser.add_argument("--app-id", default=APP_ID, help=f"the writer's id (default {APP_ID})")
+    parser.add_argument("--trigger", default="available-now", help="available-now or an interval")
+    parser.add_argument("--max-files", type=int, default=1000, help="maxFilesPerTrigger")
+    parser.add_argument(
+        "--demo-files", type=int, default=3, help="demo input files (only without --source)"
+    )
+    args = parser.parse_args(argv)
+    if not (args.source and args.target and args.checkpoint):
+        if ON_DATABRICKS:
+            parser.error("on Databricks, pass --source, --target and --checkpoint")
+        lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-stream-"))
+        print(f"lake: {lake}")
+        if not args.source:  # the local demo: generated input files
+            args.source = str((lake / "landing" / "orders").absolute())
+            if args.source_format == "json" and args.demo_files:
+                write_demo_files(Path(args.source), args.demo_files)
+        args.target = args.target or str((lake / "silver" / "orders").absolute())
+        args.checkpoint = args.checkpoint or str(
+            (lake / "_checkpoints" / "orders_stream").absolute()
+        )
+    return args
+
+
+def log_setup() -> None:
+    """deltasink logs warnings (old pending versions, abandoned ones) and, at INFO, retries."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("deltasink").setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log_setup()
+    spark = SparkSession.builder.appName(f"deltasink {args.app_id}").getOrCreate()
+
+    sink = build_sink(args, spark)
+    print(f"engine: {sink.engine} ({sink.engine_reason})")
+    for r in sink.recover().results:  # start-up: finish what a crash left staged
+        print(f"recovered versions {list(r.all_versions)}: {r.outcome}")
+
+    writer = (
+        read_stream(spark, args)
+        .writeStream.foreachBatch(batch_writer(args))
+        .option("checkpointLocation", args.checkpoint)
+        .queryName(args.app_id)
+    )
+    if args.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=args.trigger)
+    writer.start().awaitTermination()
+
+    st = sink.status()
+    print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

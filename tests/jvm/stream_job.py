@@ -1,0 +1,108 @@
+"""A streaming job on classic JVM PySpark, run as its own process by
+``tests/test_streaming_jvm.py`` (a classic session cannot share a process with the
+embedded engine's Spark Connect session).
+
+It reads JSON files one per micro-batch (``maxFilesPerTrigger=1``, ``availableNow``)
+and writes them with ``writeStream.foreachBatch(sink.foreach_batch)`` on the embedded
+backend: the micro-batches are classic DataFrames and delta-rs makes the commits.
+Progress goes to stdout as JSON lines.
+
+Usage: ``python tests/jvm/stream_job.py INPUT CHECKPOINT TARGET APP_ID [DELAY_S]``
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from deltasink import DeltaSink, MergeSpec
+from deltasink.backends import select_engine
+from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA, delta_txn, session_conf
+
+
+def say(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def conf_checks(spark: Any) -> dict[str, Any]:
+    """:mod:`deltasink.sparkconf` on a classic session's ``RuntimeConfig``."""
+    key = "spark.deltasink.test.key"
+    found: dict[str, Any] = {"before": spark.conf.get(key, None)}
+    with session_conf(spark, {key: "inside"}):
+        found["inside"] = spark.conf.get(key, None)
+    found["after"] = spark.conf.get(key, None)
+    spark.conf.set(TXN_APP_ID, "someone-else")
+    with delta_txn(spark, "app", 5, user_metadata="deltasink commit app=app version=5"):
+        found["txn_inside"] = [
+            spark.conf.get(k, None) for k in (TXN_APP_ID, TXN_VERSION, USER_METADATA)
+        ]
+    found["txn_after"] = [spark.conf.get(k, None) for k in (TXN_APP_ID, TXN_VERSION, USER_METADATA)]
+    spark.conf.unset(TXN_APP_ID)
+    with session_conf(spark, {"spark.sql.shuffle.partitions": "3"}):
+        found["registered_inside"] = spark.conf.get("spark.sql.shuffle.partitions")
+    found["registered_after"] = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        with session_conf(spark, {key: "x", "spark.sql.warehouse.dir": "/elsewhere"}):
+            pass
+    except Exception as exc:  # a static conf cannot be set at runtime
+        found["static_error"] = type(exc).__name__
+    found["after_static_error"] = spark.conf.get(key, None)
+    return found
+
+
+def main() -> None:
+    source, checkpoint, target, app_id = sys.argv[1:5]
+    delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("deltasink-stream-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Configured but without its jars: enough for engine auto-detection to see a
+        # Delta-enabled session; the sink below overrides it with engine="embedded".
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    sink = DeltaSink(target, app_id, MergeSpec(mode="append"), engine="embedded", spark=spark)
+    say(
+        "started",
+        auto=list(select_engine("auto", spark, target)),
+        engine=sink.engine,
+        engine_reason=sink.engine_reason,
+        session=type(spark).__module__,
+        conf=conf_checks(spark),
+    )
+    recovered = sink.recover()
+    say("recovered", versions=recovered.committed_versions)
+
+    def handle(df: Any, batch_id: int) -> None:
+        say("batch", batch=batch_id, frame=type(df).__module__)
+        sink.foreach_batch(df, batch_id)
+        say("committed", batch=batch_id)
+        time.sleep(delay)
+
+    stream = (
+        spark.readStream.schema("id long, value string")
+        .option("maxFilesPerTrigger", 1)
+        .json(source)
+    )
+    query = (
+        stream.writeStream.foreachBatch(handle)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    status = sink.status()
+    say("done", committed=status.committed_version, pending=status.pending_versions)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""The SPEC contract, and the Spark backend's own guarantees, on a Delta-enabled classic
+session (delta-spark's JVM jars): Delta itself honours ``txnAppId``/``txnVersion``.
+
+These tests need the jars and skip quickly without them (nothing is downloaded unless
+asked). To run them where Maven is reachable::
+
+    pip install -e '.[spark,dev]'
+    DELTASINK_DELTA_SPARK=maven python -m pytest tests/test_contract_spark.py
+
+(``configure_spark_with_delta_pip`` fetches ``io.delta:delta-spark_2.13`` once into
+``~/.ivy2``), or point ``DELTASINK_DELTA_JARS`` at the jar files (``os.pathsep``
+separated). A classic session cannot share a process with the embedded engine's Spark
+Connect session, so inside the full suite (where that session exists) the module is run
+again in a process of its own by :func:`test_delta_spark_suite_in_its_own_process`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from deltasink import DeltaSink, FencedError, MergeSpec, checks
+from deltasink._faults import POINTS, FaultInjected, armed
+from deltasink.backends.spark import SparkBackend
+from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA
+from tests import support
+from tests.contract import Harness, SinkContract
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = "DELTASINK_SPARK_CONTRACT_CHILD"
+UPSERT = MergeSpec(keys=["id"])
+APPEND = MergeSpec(mode="append")
+
+
+def delta_jars() -> list[str]:
+    """delta-spark's jars, where a previous download or an admin left them."""
+    listed = os.environ.get("DELTASINK_DELTA_JARS")
+    if listed:
+        return [p for p in listed.split(os.pathsep) if p]
+    import pyspark
+
+    roots = [
+        *glob.glob(os.path.expanduser("~/.ivy2*/jars")),
+        os.path.join(os.environ.get("SPARK_HOME", "/nonexistent"), "jars"),
+        os.path.join(os.path.dirname(pyspark.__file__), "jars"),
+    ]
+    found = []
+    for root in roots:
+        found += glob.glob(os.path.join(root, "*delta-spark_2.13-*.jar"))
+        found += glob.glob(os.path.join(root, "*delta-storage-*.jar"))
+    spark_ok = any("delta-spark" in os.path.basename(p) for p in found)
+    return sorted(found) if spark_ok else []
+
+
+def unavailable() -> str | None:
+    """Why a Delta-enabled session cannot start here, or ``None``."""
+    if shutil.which("java") is None:
+        return "needs Java 17 for a classic Spark session"
+    if delta_jars():
+        return None
+    if os.environ.get("DELTASINK_DELTA_SPARK") == "maven":
+        try:
+            import delta  # noqa: F401
+        except ImportError:
+            return "DELTASINK_DELTA_SPARK=maven needs the delta-spark package: pip install -e '.[spark]'"
+        return None
+    return (
+        "no delta-spark JVM jars here and Maven is unreachable; where it is reachable: "
+        "pip install -e '.[spark,dev]' && DELTASINK_DELTA_SPARK=maven python -m pytest "
+        "tests/test_contract_spark.py (or set DELTASINK_DELTA_JARS to the jar files)"
+    )
+
+
+REASON = unavailable()
+pytestmark = [
+    pytest.mark.jvm,
+    pytest.mark.delta_spark,
+    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
+]
+
+
+def connect_mode() -> bool:
+    """Whether this process already hosts a Spark Connect session (classic is then out)."""
+    return "SPARK_CONNECT_MODE_ENABLED" in os.environ or "SPARK_REMOTE" in os.environ
+
+
+def test_delta_spark_suite_in_its_own_process() -> None:
+    if os.environ.get(CHILD) or not connect_mode():
+        pytest.skip("this process can host the classic session: the tests run here directly")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    }
+    env[CHILD] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A classic local session with Delta's extension and catalog."""
+    if connect_mode():
+        pytest.skip("runs in its own process: see test_delta_spark_suite_in_its_own_process")
+    from pyspark.sql import SparkSession
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("deltasink-delta-contract")
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        )
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    jars = delta_jars()
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    else:
+        from delta import configure_spark_with_delta_pip
+
+        builder = configure_spark_with_delta_pip(builder)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def spark_batches(session: Any) -> Any:
+    def make(ids: list[int]) -> Any:
+        return session.createDataFrame([(i, f"v{i}") for i in ids], "id long, value string")
+
+    return make
+
+
+class TestSparkBackendDeltaRsLogs(SinkContract):
+    """Spark makes the commits; delta-rs reads the logs (local paths). Coalesced."""
+
+    @pytest.fixture
+    def harness(self, target: str, delta_spark: Any) -> Harness:
+        return Harness(
+            target=target,
+            app_id="contract-spark",
+            make_batch=spark_batches(delta_spark),
+            sink_kwargs={"engine": "spark", "spark": delta_spark},
+        )
+
+
+class TestSparkBackendSparkLogs(SinkContract):
+    """Spark makes the commits and reads the logs (DESCRIBE HISTORY, staging GROUP BY),
+    as for catalog tables or remote paths; one target commit per version."""
+
+    @pytest.fixture
+    def harness(self, target: str, delta_spark: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
+        monkeypatch.setattr(SparkBackend, "default_log_reader", "spark")
+        return Harness(
+            target=target,
+            app_id="contract-spark-logs",
+            make_batch=spark_batches(delta_spark),
+            sink_kwargs={"engine": "spark", "spark": delta_spark, "coalesce": False},
+        )
+
+
+# -- the Spark backend's own guarantees -----------------------------------------------------
+
+
+def df(session: Any, *ids: int, value: str = "v") -> Any:
+    return session.createDataFrame([(i, f"{value}{i}") for i in ids], "id long, value string")
+
+
+def sink(target: str, session: Any, merge: MergeSpec = UPSERT, **kwargs: Any) -> DeltaSink:
+    return DeltaSink(target, "app", merge, engine="spark", spark=session, **kwargs)
+
+
+def actions(uri: str, kind: str) -> dict[int, list[dict[str, Any]]]:
+    """Delta version -> its ``kind`` actions (``txn``, ``add``, ``commitInfo``)."""
+    return {v: [a[kind] for a in acts if kind in a] for v, acts in support.log_commits(uri).items()}
+
+
+def staging_commits(staging: str) -> list[tuple[int, str]]:
+    """``(txn version, userMetadata)`` of the staging commits tagged with app ``app``."""
+    found = []
+    for _, acts in sorted(support.log_commits(staging).items()):
+        txns = [a["txn"] for a in acts if "txn" in a and a["txn"]["appId"] == "app"]
+        info = next(a["commitInfo"] for a in acts if "commitInfo" in a)
+        found += [(int(t["version"]), str(info.get("userMetadata"))) for t in txns]
+    return found
+
+
+def test_auto_selects_spark_for_a_delta_session(delta_spark: Any, target: str) -> None:
+    auto = DeltaSink(target, "app", UPSERT, spark=delta_spark)
+    assert (auto.engine, auto.engine_reason) == (
+        "spark",
+        "auto: a Spark session with delta-spark's DeltaSparkSessionExtension",
+    )
+    assert auto.status().engine == "spark"
+
+
+def test_staging_and_target_commits_carry_txn_and_user_metadata(
+    delta_spark: Any, target: str
+) -> None:
+    s = sink(target, delta_spark)
+    s.write(df(delta_spark, 1, 2), 0)
+    s.write(df(delta_spark, 2, 3, value="w"), 1)
+    assert staging_commits(s.staging) == [
+        (0, 'deltasink stage app=app version=0 columns=["id", "value"]'),
+        (1, 'deltasink stage app=app version=1 columns=["id", "value"]'),
+    ]
+    assert support.txn_commits(target, "app") == {0: [0], 1: [1]}
+    assert support.commit_info(target, 1)["userMetadata"] == "deltasink commit app=app version=1"
+    assert support.commit_info(target, 1)["operation"] == "MERGE"
+    assert support.rows(target) == [
+        {"id": 1, "value": "v1"},
+        {"id": 2, "value": "w2"},
+        {"id": 3, "value": "w3"},
+    ]
+    history = s.history()
+    assert [(h.version, h.target_version, h.operation) for h in history] == [
+        (1, 1, "MERGE"),
+        (0, 0, "WRITE"),
+    ]
+    assert (history[0].rows_inserted, history[0].rows_updated) == (1, 1)
+
+
+def test_txn_confs_are_restored_after_each_commit(delta_spark: Any, target: str) -> None:
+    delta_spark.conf.set(TXN_APP_ID, "users-own")
+    delta_spark.conf.set(TXN_VERSION, "3")
+    try:
+        s = sink(target, delta_spark)
+        s.write(df(delta_spark, 1), 0)
+        s.write(df(delta_spark, 2), 1)
+        assert delta_spark.conf.get(TXN_APP_ID, None) == "users-own"
+        assert delta_spark.conf.get(TXN_VERSION, None) == "3"
+        assert delta_spark.conf.get(USER_METADATA, None) is None
+        # The user's own idempotent statement still runs under the user's identity.
+        delta_spark.sql(f"INSERT INTO delta.`{target}` VALUES (9, 'user')")
+        assert support.marker(target, "users-own") == 3
+        assert support.marker(target, "app") == 1
+    finally:
+        delta_spark.conf.unset(TXN_APP_ID)
+        delta_spark.conf.unset(TXN_VERSION)
+    assert support.ids(target) == [1, 2, 9]
+
+
+def test_an_empty_batch_is_one_commit_without_files(delta_spark: Any, target: str) -> None:
+    s = sink(target, delta_spark)
+    s.write(df(delta_spark, 1), 0)
+    assert s.pre_commit(df(delta_spark), 1).state == "staged"
+    assert staging_commits(s.staging)[-1] == (
+        1,
+        'deltasink stage-empty app=app version=1 columns=["id", "value"]',
+    )
+    (version,) = support.txn_commits(s.staging, "app")[1]
+    assert actions(s.staging, "add")[version] == []  # no file: Spark writes none
+    fresh = sink(target, delta_spark)  # a new process: found from the staging history
+    assert fresh.status().pending_versions == [1]
+    assert fresh.pre_commit(df(delta_spark), 1).state == "duplicate"
+    assert fresh.commit(1).committed_versions == [1]
+    assert support.marker(target, "app") == 1
+    assert support.ids(target) == [1]
+    assert fresh.status().pending_versions == []
+
+
+def test_abort_then_restage_an_empty_version(delta_spark: Any, target: str) -> None:
+    s = sink(target, delta_spark)
+    s.pre_commit(df(delta_spark), 0)
+    assert s.abort(0) is True
+    assert s.status().pending_versions == []
+    assert sink(target, delta_spark).status().pending_versions == []  # recorded durably
+    s.pre_commit(df(delta_spark, 5), 0)  # Delta would skip txn(app, 0) now: not skipped
+    assert s.status().pending_versions == [0]
+    s.commit(0)
+    assert support.ids(target) == [5]
+
+
+def test_the_marker_check_is_delta_s_own(delta_spark: Any, target: str) -> None:
+    s = sink(target, delta_spark)
+    s.write(df(delta_spark, 1), 0)
+    s.pre_commit(df(delta_spark, 2), 1)
+    s.commit(1)
+    backend = SparkBackend(
+        spark=delta_spark, target=target, staging=s.staging, app_id="app", spec=UPSERT
+    )
+    before = support.table_version(target)
+    backend._committed = lambda: None  # type: ignore[method-assign]  # as if unreadable
+    backend._apply_once([1], ("id", "value"), UPSERT)  # the MERGE runs: Delta skips it
+    assert support.table_version(target) == before
+    assert backend._result(1, 1, 0.0).target_version == 1  # the original commit
+
+
+def test_a_newer_writer_fences_the_older_one(delta_spark: Any, target: str) -> None:
+    old = sink(target, delta_spark, APPEND)
+    old.pre_commit(df(delta_spark, 1), 0)
+    new = sink(target, delta_spark, APPEND)
+    new.pre_commit(df(delta_spark, 2), 1)
+    with pytest.raises(FencedError, match="took over the staging table"):
+        old.pre_commit(df(delta_spark, 3), 2)
+    with pytest.raises(FencedError):
+        old.commit(1)
+    assert support.staged_versions(new.staging) == [0, 1]
+    assert new.commit(1).committed_versions == [0, 1]
+    assert support.ids(target) == [1, 2]
+
+
+def test_switching_engines_both_ways(delta_spark: Any, target: str) -> None:
+    embedded = DeltaSink(target, "app", UPSERT, engine="embedded")
+    embedded.pre_commit(pa.table({"id": [1], "value": ["e1"]}), 0)
+    spark_side = sink(target, delta_spark)
+    assert spark_side.status().pending_versions == [0]
+    assert spark_side.commit(0).committed_versions == [0]
+    spark_side.pre_commit(df(delta_spark, 2), 1)
+    back = DeltaSink(target, "app", engine="embedded")
+    assert back.recover().committed_versions == [1]
+    assert support.rows(target) == [{"id": 1, "value": "e1"}, {"id": 2, "value": "v2"}]
+    assert support.txn_commits(target, "app") == {0: [0], 1: [1]}
+
+
+def test_schema_evolution_and_batches_that_omit_columns(delta_spark: Any, target: str) -> None:
+    s = sink(target, delta_spark, MergeSpec(keys=["id"], schema_evolution=True))
+    s.write(delta_spark.createDataFrame([(1, "x")], "id long, a string"), 0)
+    s.write(delta_spark.createDataFrame([(2, "y", 2.5)], "id long, a string, b double"), 1)
+    s.write(delta_spark.createDataFrame([(1, 7.5)], "id long, b double"), 2)
+    assert support.rows(target) == [
+        {"id": 1, "a": "x", "b": 7.5},  # the update left the omitted column alone
+        {"id": 2, "a": "y", "b": 2.5},
+    ]
+    assert support.marker(target, "app") == 2
+
+
+#: Failures the core absorbs: after the target commit landed the version is reported
+#: committed (the marker is re-read); a failed clean-up is logged and retried later.
+ABSORBED = ("publish.after_target_commit", "discard.before_log_commit")
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_failure_at_every_step_is_recovered(delta_spark: Any, target: str, point: str) -> None:
+    first = sink(target, delta_spark, APPEND)
+    first.write(df(delta_spark, 1), 0)
+    failed: BaseException | None = None
+    with armed(point, "raise"):
+        try:
+            first.write(df(delta_spark, 2, 3), 1)
+        except Exception as exc:
+            failed = exc
+    if point in ABSORBED:
+        assert failed is None
+    else:
+        assert isinstance(failed, FaultInjected) or isinstance(failed.__cause__, FaultInjected)
+    again = sink(target, delta_spark, APPEND)
+    again.recover()
+    again.write(df(delta_spark, 2, 3), 1)  # the job replays the batch
+    assert support.ids(target) == [1, 2, 3]
+    assert {v: len(c) for v, c in support.txn_commits(target, "app").items()} == {0: 1, 1: 1}
+    assert again.status().pending_versions == []
+    assert support.staged_versions(again.staging) == []
+
+
+def test_catalog_table_names(delta_spark: Any) -> None:
+    delta_spark.sql("CREATE SCHEMA IF NOT EXISTS sales")
+    name = "spark_catalog.sales.orders"
+    s = DeltaSink(name, "orders-ingest", UPSERT, spark=delta_spark)
+    assert (s.engine, s.engine_reason) == (
+        "spark",
+        "auto: a Spark session with delta-spark's DeltaSparkSessionExtension",
+    )
+    assert s._backend.log_reader == "spark"  # type: ignore[attr-defined]
+    s.write(df(delta_spark, 1, 2), 0)
+    s.pre_commit(df(delta_spark), 1)  # empty: found through DESCRIBE HISTORY
+    s.pre_commit(df(delta_spark, 2, value="w"), 2)
+    assert DeltaSink(name, "orders-ingest", spark=delta_spark).status().pending_versions == [1, 2]
+    with armed("commit.after_publish", "raise"), pytest.raises(FaultInjected):
+        s.commit(2)  # dies after committing version 1
+    report = DeltaSink(name, "orders-ingest", spark=delta_spark).recover()
+    assert report.committed_version == 2
+    rows = delta_spark.table(name).orderBy("id").collect()
+    assert [(r.id, r.value) for r in rows] == [(1, "v1"), (2, "w2")]
+    assert delta_spark.catalog.tableExists(
+        "spark_catalog.sales.orders__deltasink_staging_orders_ingest"
+    )
+    assert [h.version for h in s.history()] == [2, 1, 0]
+    assert s.status().committed_version == 2
+    assert s.status().pending_versions == []
+
+
+def test_write_audit_publish(delta_spark: Any, target: str) -> None:
+    s = sink(target, delta_spark, checks=[checks.row_count_between(1, 10)])
+    s.write(df(delta_spark, 1), 0)
+    report = s.write(df(delta_spark), 1)  # empty: fails the check
+    assert report.quarantined_versions == [1]
+    assert list(s.status().quarantined) == [1]
+    assert s.pre_commit(df(delta_spark, 2), 1).state == "restaged"
+    assert s.commit(1).committed_versions == [1]
+    assert support.ids(target) == [1, 2]
+
+
+def test_gc_and_optimize(delta_spark: Any, target: str) -> None:
+    s = sink(target, delta_spark, APPEND)
+    for version in range(3):
+        s.write(df(delta_spark, version), version)
+    assert s.commits_since_optimize() == 3
+    dry = s.gc(retention=0, dry_run=True)
+    assert dry.dry_run
+    parquet = [f for f in dry.files if f.endswith(".parquet")]
+    assert len(parquet) >= 3  # the staged files of the three committed versions
+    assert all("_deltasink_version=" in f for f in parquet)
+    assert sorted(s.gc(retention=0).files) == sorted(dry.files)
+    assert support.staged_files_on_disk(s.staging) == []
+    s.optimize()
+    assert s.commits_since_optimize() == 0
+    assert support.ids(target) == [0, 1, 2]

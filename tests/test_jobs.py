@@ -1,0 +1,410 @@
+"""The job templates in jobs/ run locally on the embedded engine and do what their
+docstrings say (exact target contents, markers, exit codes, idempotent re-runs, crash
+windows); databricks.yml parses and matches the templates' command lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from deltasink import DeltaSink, MergeSpec, checks
+from deltasink._faults import EXIT_CODE
+from tests import support
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = ROOT / "jobs"
+
+
+def clean_environ() -> dict[str, str]:
+    """This environment without the Spark Connect markers the embedded engine of the
+    test process set (a child must be free to start a classic JVM session)."""
+    drop = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def run(script: str, *args: str, faults: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a job template in a fresh interpreter, as a user would."""
+    return subprocess.run(
+        [sys.executable, str(JOBS / script), *args],
+        env={**clean_environ(), "PYTHONUNBUFFERED": "1", "DELTASINK_FAULTS": faults, **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def lines(result: subprocess.CompletedProcess[str], prefix: str) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.startswith(prefix)]
+
+
+def contents(target: str) -> list[tuple[int, str, float]]:
+    return [
+        (r["order_id"], r["status"], r["amount"]) for r in support.rows(target, sort_by="order_id")
+    ]
+
+
+def each_version_once(target: str, app_id: str) -> dict[int, int]:
+    """batch version -> number of target commits carrying its marker."""
+    return {v: len(c) for v, c in support.txn_commits(target, app_id).items()}
+
+
+# -- jobs/streaming_upsert.py: the local micro-batch loop --------------------------------
+
+STREAM_AFTER_3_FILES = [
+    (1, "shipped", 10.0),
+    (2, "shipped", 20.0),
+    (4, "created", 40.0),
+    (5, "shipped", 50.0),
+]
+
+
+def test_streaming_upsert_runs_reruns_and_picks_up_new_files(tmp_path: Path) -> None:
+    target = str(tmp_path / "silver" / "orders")
+    first = run("streaming_upsert.py", "--lake", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    assert lines(first, "batch ") == [
+        "batch 0: ['events-00000.json'] committed versions [0]: +4 ~0 -0 rows "
+        "-> target table version 0",
+        "batch 1: ['events-00001.json'] committed versions [1]: +1 ~1 -1 rows "
+        "-> target table version 1",
+        "batch 2: ['events-00002.json'] committed versions [2]: +0 ~2 -0 rows "
+        "-> target table version 2",
+    ]
+    assert "target: 1=shipped/10, 2=shipped/20, 4=created/40, 5=shipped/50" in first.stdout
+    assert contents(target) == STREAM_AFTER_3_FILES
+    assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
+    assert support.staged_versions(DeltaSink(target, "orders-stream").staging) == []
+
+    again = run("streaming_upsert.py", "--lake", str(tmp_path))  # nothing new: no-op
+    assert again.returncode == 0, again.stderr
+    assert lines(again, "batch ") == []
+    assert support.table_version(target) == 2
+
+    more = run("streaming_upsert.py", "--lake", str(tmp_path), "--demo-files", "4")
+    assert more.returncode == 0, more.stderr
+    assert lines(more, "batch ") == [
+        "batch 3: ['events-00003.json'] committed versions [3]: +1 ~1 -0 rows "
+        "-> target table version 3"
+    ]
+    assert contents(target) == [
+        (1, "shipped", 10.0),
+        (2, "shipped", 20.0),
+        (4, "repriced", 43.0),
+        (5, "shipped", 50.0),
+        (13, "created", 130.0),
+    ]
+    assert support.marker(target, "orders-stream") == 3
+
+    # A new checkpoint under the same app id would number batches from 0 again and have
+    # them dropped as already committed: the job refuses to start.
+    shutil.rmtree(tmp_path / "_checkpoints")
+    reset = run("streaming_upsert.py", "--lake", str(tmp_path))
+    assert reset.returncode == 3
+    assert "Use a new --app-id for a new checkpoint" in reset.stderr
+    assert lines(reset, "batch ") == []
+    assert support.table_version(target) == 3
+
+
+@pytest.mark.parametrize(
+    ("point", "restart_lines"),
+    [
+        # Crash after the sink commit, before the source progress (seed 001, window 1):
+        # the batch is replayed with the same id and changes nothing.
+        (
+            "commit.after_publish",
+            ["batch 1: ['events-00001.json'] already committed, nothing changed (replay)"],
+        ),
+        # Crash after pre-commit, before the commit: recover() commits it at start-up.
+        (
+            "commit.before_publish",
+            [
+                "recovered versions [1]: committed",
+                "batch 1: ['events-00001.json'] already committed, nothing changed (replay)",
+            ],
+        ),
+        # Crash while staging: nothing reached the log; the batch simply runs again.
+        (
+            "stage.after_files",
+            [
+                "batch 1: ['events-00001.json'] committed versions [1]: +1 ~1 -1 rows "
+                "-> target table version 1"
+            ],
+        ),
+    ],
+)
+def test_streaming_upsert_crash_then_restart(
+    tmp_path: Path, point: str, restart_lines: list[str]
+) -> None:
+    target = str(tmp_path / "silver" / "orders")
+    crashed = run("streaming_upsert.py", "--lake", str(tmp_path), faults=f"{point}=exit@2")
+    assert crashed.returncode == EXIT_CODE, (crashed.stdout, crashed.stderr)
+    assert not (tmp_path / "_checkpoints" / "orders_stream" / "commits" / "1").exists()
+
+    restarted = run("streaming_upsert.py", "--lake", str(tmp_path))
+    assert restarted.returncode == 0, restarted.stderr
+    assert [
+        line for line in restarted.stdout.splitlines() if line.startswith(("batch 1", "recov"))
+    ] == restart_lines
+    assert contents(target) == STREAM_AFTER_3_FILES
+    assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
+    assert DeltaSink(target, "orders-stream").status().pending_versions == []
+
+
+# -- jobs/daily_batch.py -------------------------------------------------------------------
+
+
+def test_daily_batch_days_backfill_reruns_and_refusals(tmp_path: Path) -> None:
+    lake = ["--lake", str(tmp_path)]
+    target = str(tmp_path / "silver" / "orders")
+
+    backfill = run("daily_batch.py", *lake, "--from-date", "2025-01-01", "--to-date", "2025-01-02")
+    assert backfill.returncode == 0, backfill.stderr
+    assert lines(backfill, "day ") == [
+        "day 2025-01-01: staged as version 20250101: 4 rows (staged)",
+        "day 2025-01-02: staged as version 20250102: 4 rows (staged)",
+    ]
+    assert lines(backfill, "committed ") == [
+        "committed versions [20250101, 20250102] -> target table version 0 (+4 ~0 -0 rows)"
+    ]
+    assert contents(target) == [
+        (202412311, "shipped", 10.0),  # day 1 ships an order of the day before
+        (202501011, "shipped", 10.0),
+        (202501021, "created", 10.0),
+        (202501022, "created", 20.0),
+    ]  # 202501012 was created on day 1 and cancelled on day 2
+    assert support.txn_commits(target, "orders-daily") == {20250102: [0]}
+
+    rerun = run("daily_batch.py", *lake, "--date", "2025-01-02")
+    assert rerun.returncode == 0, rerun.stderr
+    assert lines(rerun, "day ") == ["day 2025-01-02: already committed (target table version 0)"]
+    assert support.table_version(target) == 0
+
+    skip = run("daily_batch.py", *lake, "--today", "2025-01-05")  # loads the day before
+    assert skip.returncode == 0, skip.stderr
+    assert lines(skip, "day ") == ["day 2025-01-04: staged as version 20250104: 4 rows (staged)"]
+    assert support.marker(target, "orders-daily") == 20250104
+
+    late = run("daily_batch.py", *lake, "--date", "2025-01-03")  # older than the marker
+    assert late.returncode == 3
+    assert "REFUSED" in late.stderr
+    assert "--app-id orders-daily-restate-20250103" in late.stderr
+    assert support.table_version(target) == 1
+
+    missing = run(
+        "daily_batch.py",
+        *lake,
+        "--source",
+        str(tmp_path / "landing" / "order_events"),  # not generated: a real source
+        "--date",
+        "2025-01-05",
+    )
+    assert missing.returncode == 4
+    assert "day 2025-01-05: no source rows; stopping" in missing.stdout
+    assert support.marker(target, "orders-daily") == 20250104
+    assert DeltaSink(target, "orders-daily").status().pending_versions == []
+
+    restate = run(
+        "daily_batch.py", *lake, "--date", "2025-01-03", "--app-id", "orders-daily-restate-20250103"
+    )
+    assert restate.returncode == 0, restate.stderr
+    assert contents(target) == [
+        (202412311, "shipped", 10.0),
+        (202501011, "shipped", 10.0),
+        (202501021, "shipped", 10.0),
+        (202501031, "shipped", 10.0),  # day 3's older "created" lost to day 4's "shipped"
+        # Cancelled on day 4, back from day 3's "created": a delete leaves no row for
+        # sequence_by to compare with (docs/guarantees.md, restating old days).
+        (202501032, "created", 20.0),
+        (202501041, "created", 10.0),
+        (202501042, "created", 20.0),
+    ]
+    assert support.marker(target, "orders-daily") == 20250104
+    assert support.marker(target, "orders-daily-restate-20250103") == 20250103
+
+
+# -- jobs/maintenance.py -------------------------------------------------------------------
+
+
+def test_maintenance_recovers_reports_and_cleans(tmp_path: Path) -> None:
+    demo = run("maintenance.py", "--lake", str(tmp_path), "--gc-retention-hours", "0")
+    assert demo.returncode == 0, demo.stderr
+    out = demo.stdout
+    assert "  committed version 0; pending [1] (1 staged " in out
+    assert "  txn markers: kept forever" in out
+    assert "  recovered versions [1]: committed" in out
+    assert "  gc: 2 staging files removed" in out
+    assert "RESULT app=orders-demo-writer exit=0" in out
+    target = str(tmp_path / "silver" / "orders")
+    assert [(r["order_id"], r["status"]) for r in support.rows(target, sort_by="order_id")] == [
+        (1, "created"),
+        (2, "shipped"),
+        (3, "created"),
+    ]
+    assert support.marker(target, "orders-demo-writer") == 1
+    assert support.staged_files_on_disk(DeltaSink(target, "orders-demo-writer").staging) == []
+
+    args = ["--target", target, "--app-id", "orders-demo-writer"]
+    idle = run("maintenance.py", *args)
+    assert idle.returncode == 0, idle.stderr
+    assert "  recover: nothing to do" in idle.stdout
+
+    # A writer that is still running has a young pending version: left alone.
+    DeltaSink(target, "orders-demo-writer").pre_commit(
+        pa.table({"order_id": [4], "status": ["created"]}), 2
+    )
+    live = run("maintenance.py", *args)
+    assert live.returncode == 0, live.stderr
+    assert "  recover: skipped, the writer looks live" in live.stdout
+    assert DeltaSink(target, "orders-demo-writer").status().pending_versions == [2]
+
+    failing = run(
+        "maintenance.py", *args, "--idle-minutes", "0", faults="publish.before_target_commit=raise"
+    )
+    assert failing.returncode == 4
+    assert "commit failed: committing version 2" in failing.stderr
+    assert "RESULT app=orders-demo-writer exit=4" in failing.stdout
+    assert DeltaSink(target, "orders-demo-writer").status().pending_versions == [2]
+
+    abandoned = run(
+        "maintenance.py",
+        *args,
+        "--idle-minutes",
+        "0",
+        "--abandon-after-timeout",
+        "--transaction-timeout-hours",
+        "0.000001",
+        faults="publish.before_target_commit=raise",
+    )
+    assert abandoned.returncode == 6
+    assert "  recovered versions [2]: abandoned" in abandoned.stdout
+    assert support.marker(target, "orders-demo-writer") == 1
+    assert [r["order_id"] for r in support.rows(target, sort_by="order_id")] == [1, 2, 3]
+    assert DeltaSink(target, "orders-demo-writer").status().pending_versions == []
+
+
+def test_maintenance_reports_a_quarantined_version(target: str) -> None:
+    audited = DeltaSink(
+        target, "audited", MergeSpec(keys=["id"]), checks=[checks.row_count_between(0, 1)]
+    )
+    audited.write(pa.table({"id": [1]}), 0)
+    audited.write(pa.table({"id": [2, 3]}), 1)  # fails the check: quarantined
+    result = run("maintenance.py", "--target", target, "--app-id", "audited", "--idle-minutes", "0")
+    assert result.returncode == 6
+    assert (
+        "  QUARANTINED version 1: check row_count_between(0, 1) failed: 2 rows, expected "
+        "between 0 and 1" in result.stdout
+    )
+    assert "  recovered versions [1]: quarantined" in result.stdout
+    assert support.ids(target) == [1]
+    assert support.marker(target, "audited") == 0
+
+
+def test_maintenance_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "not_delta").mkdir()
+    (tmp_path / "not_delta" / "data.csv").write_text("a\n1\n")
+    result = run("maintenance.py", "--target", str(tmp_path / "not_delta"), "--app-id", "x")
+    assert result.returncode == 3
+    assert "is not a Delta table" in result.stderr
+    assert "RESULT app=x exit=3" in result.stdout
+
+
+# -- databricks.yml ------------------------------------------------------------------------
+
+
+def load_template(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"jobs_{name}", JOBS / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bundle_is_valid_and_matches_the_templates() -> None:
+    text = (ROOT / "databricks.yml").read_text()
+    bundle: dict[str, Any] = yaml.safe_load(text)
+    assert bundle["bundle"]["name"] == "deltasink-jobs"
+    variables = bundle["variables"]
+    assert set(re.findall(r"\$\{var\.(\w+)\}", text)) <= set(variables)
+    assert {"dev", "prod"} <= set(bundle["targets"])
+    artifact = bundle["artifacts"]["deltasink_wheel"]
+    assert (ROOT / artifact["path"] / "pyproject.toml").is_file()
+
+    jobs = bundle["resources"]["jobs"]
+    assert set(jobs) == {"orders_stream", "orders_daily", "deltasink_maintenance"}
+    scripts = set()
+    for job in jobs.values():
+        assert job["max_concurrent_runs"] == 1  # one writer per app id
+        assert job["schedule"]["quartz_cron_expression"]
+        clusters = {c["job_cluster_key"] for c in job["job_clusters"]}
+        params = {p["name"]: p["default"] for p in job.get("parameters", [])}
+        for task in job["tasks"]:
+            assert task["job_cluster_key"] in clusters
+            assert task["libraries"] == [{"whl": "./dist/*.whl"}]
+            python_file = task["spark_python_task"]["python_file"]
+            assert (ROOT / python_file).is_file(), python_file
+            scripts.add(Path(python_file).stem)
+
+            # The task's command line must parse with the template's own parser.
+            argv = []
+            for arg in task["spark_python_task"]["parameters"]:
+                assert isinstance(arg, str), arg  # the Jobs API takes strings only
+                arg = re.sub(r"\$\{var\.(\w+)\}", lambda m: variables[m[1]]["default"], arg)
+                for name in re.findall(r"\{\{job\.parameters\.(\w+)\}\}", arg):
+                    value = params[name]  # KeyError: an undefined job parameter
+                    value = "2025-01-02" if value.startswith("{{") else value
+                    arg = arg.replace(f"{{{{job.parameters.{name}}}}}", value)
+                argv.append(arg)
+            args = load_template(Path(python_file).stem).parse_args(argv)
+            assert args.target.startswith("main.sales.")
+    assert scripts == {"streaming_upsert_databricks", "daily_batch", "maintenance"}
+
+
+# -- jobs/streaming_upsert_databricks.py on classic PySpark (the one JVM test) -------------
+
+
+@pytest.mark.jvm
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
+def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> None:
+    """Real writeStream.foreachBatch with a Spark checkpoint: a crash after the sink
+    committed batch 1, before Spark recorded it, replays batch 1 as a no-op."""
+    env = {
+        "PYSPARK_SUBMIT_ARGS": (
+            "--master local[1] --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false"
+            " --driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell"  # JIT: start faster
+        )
+    }
+    args = ["--lake", str(tmp_path), "--max-files", "1"]
+    target = str(tmp_path / "silver" / "orders")
+    commits = tmp_path / "_checkpoints" / "orders_stream" / "commits"
+
+    crashed = run(
+        "streaming_upsert_databricks.py", *args, faults="commit.after_publish=exit@2", **env
+    )
+    assert crashed.returncode == EXIT_CODE, (crashed.stdout, crashed.stderr)
+    assert sorted(p.name for p in commits.iterdir() if p.name.isdigit()) == ["0"]
+    assert support.marker(target, "orders-stream") == 1  # the sink got further than Spark
+
+    restarted = run("streaming_upsert_databricks.py", *args, **env)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "engine: embedded (auto: no Delta-enabled Spark session" in restarted.stdout
+    assert lines(restarted, "batch ") == [
+        "batch 1: already committed (a replay)",
+        "batch 2: committed",
+    ]
+    assert sorted(p.name for p in commits.iterdir() if p.name.isdigit()) == ["0", "1", "2"]
+    assert contents(target) == [(1, "shipped", 10.0), (2, "shipped", 20.0), (4, "created", 40.0)]
+    assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}

@@ -1,0 +1,259 @@
+"""The Spark backend's MERGE, run for real on the embedded engine (Sail), against the
+embedded backend's delta-rs MERGE of the same MergeSpec: identical resulting tables.
+
+Both sides start from the same state, written by the embedded backend, which also
+stages the later batches (the staging layout is shared). The Spark side then runs
+exactly the SQL :class:`~deltasink.backends.spark.SparkBackend` generates
+(``source_sql`` over the real staging table, ``merge_sql`` from the shared
+:class:`~deltasink.merge.MergePlan`) on Sail, which executes ``MERGE INTO`` but does
+not write ``txn`` markers; the markers are covered by the Delta-enabled suite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+
+from deltasink import DeltaSink, MergeSpec
+from deltasink.backends.spark import SparkBackend, table_ref
+from tests import support
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: MergeSpec
+    batches: tuple[pa.Table, ...]
+    expected: tuple[dict[str, Any], ...]
+    columns: tuple[tuple[str, ...], ...] = ()  # per later batch, when it omits columns
+    clear_sequence: bool = False  # another tool nulls the target's sequence after v0
+
+
+def t(**columns: list[Any]) -> pa.Table:
+    return pa.table(columns)
+
+
+UPSERT = MergeSpec(keys=["id"])
+SEQ = MergeSpec(keys=["id"], sequence_by="ts")
+DEL = MergeSpec(keys=["id"], delete_when="op = 'D'")
+SEQ_DEL = MergeSpec(keys=["id"], sequence_by="ts", delete_when="op = 'D'")
+INSERT = MergeSpec(keys=["id"], mode="insert")
+
+CASES = {
+    "upsert": Case(
+        UPSERT,
+        (t(id=[1, 2], value=["a", "b"]), t(id=[2, 3], value=["B", "c"])),
+        ({"id": 1, "value": "a"}, {"id": 2, "value": "B"}, {"id": 3, "value": "c"}),
+    ),
+    "upsert-latest-version-wins": Case(
+        UPSERT,
+        (t(id=[1], value=["a"]), t(id=[1, 2], value=["x", "b"]), t(id=[1], value=["y"])),
+        ({"id": 1, "value": "y"}, {"id": 2, "value": "b"}),
+    ),
+    "insert-never-changes-existing-rows": Case(
+        INSERT,
+        (t(id=[1], value=["first"]), t(id=[1, 2], value=["second", "new"])),
+        ({"id": 1, "value": "first"}, {"id": 2, "value": "new"}),
+    ),
+    "insert-first-version-wins": Case(
+        INSERT,
+        (t(id=[0], value=["z"]), t(id=[1], value=["first"]), t(id=[1, 2], value=["later", "b"])),
+        ({"id": 0, "value": "z"}, {"id": 1, "value": "first"}, {"id": 2, "value": "b"}),
+    ),
+    "insert-nothing-new": Case(
+        INSERT,
+        (t(id=[1], value=["a"]), t(id=[1], value=["b"])),
+        ({"id": 1, "value": "a"},),
+    ),
+    "sequence-by-ignores-older-updates": Case(
+        SEQ,
+        (
+            t(id=[1, 2], value=["v5", "v5"], ts=[5, 5]),
+            t(id=[1, 2, 3], value=["v3", "v9", "v1"], ts=[3, 9, 1]),
+        ),
+        (
+            {"id": 1, "value": "v5", "ts": 5},
+            {"id": 2, "value": "v9", "ts": 9},
+            {"id": 3, "value": "v1", "ts": 1},
+        ),
+    ),
+    "sequence-by-across-versions": Case(
+        SEQ,
+        (
+            t(id=[1], value=["v5"], ts=[5]),
+            t(id=[1, 2], value=["v8", "w2"], ts=[8, 2]),
+            t(id=[1, 2], value=["v7", "w1"], ts=[7, 1]),  # older than version 1's rows
+        ),
+        ({"id": 1, "value": "v8", "ts": 8}, {"id": 2, "value": "w2", "ts": 2}),
+    ),
+    "sequence-by-replaces-a-null-target-sequence": Case(
+        SEQ,
+        (t(id=[1], value=["old"], ts=[0]), t(id=[1], value=["new"], ts=[1])),
+        ({"id": 1, "value": "new", "ts": 1},),
+        clear_sequence=True,
+    ),
+    "delete-when-deletes-matched-rows-and-never-inserts": Case(
+        DEL,
+        (
+            t(id=[1, 2], value=["a", "b"], op=["I", "I"]),
+            t(id=[1, 3], value=[None, "c"], op=["D", "D"]),
+        ),
+        ({"id": 2, "value": "b", "op": "I"},),
+    ),
+    "delete-when-respects-sequence-by": Case(
+        SEQ_DEL,
+        (t(id=[1, 2], ts=[5, 5], op=["I", "I"]), t(id=[1, 2], ts=[4, 6], op=["D", "D"])),
+        ({"id": 1, "ts": 5, "op": "I"},),
+    ),
+    "delete-then-reinsert-across-versions": Case(
+        SEQ_DEL,
+        (
+            t(id=[1, 2, 3], ts=[5, 5, 5], op=["I", "I", "I"]),
+            t(id=[1, 2, 4], ts=[6, 4, 1], op=["D", "D", "I"]),
+            t(id=[1, 4, 5], ts=[7, 2, 1], op=["I", "D", "I"]),
+        ),
+        (
+            {"id": 1, "ts": 7, "op": "I"},
+            {"id": 2, "ts": 5, "op": "I"},
+            {"id": 3, "ts": 5, "op": "I"},
+            {"id": 5, "ts": 1, "op": "I"},
+        ),
+    ),
+    "batch-may-omit-nullable-target-columns": Case(
+        UPSERT,
+        (t(id=[1], a=["x"], b=[1]), t(id=[1, 2], b=[5, 6])),
+        ({"id": 1, "a": "x", "b": 5}, {"id": 2, "a": None, "b": 6}),
+        columns=(("id", "b"),),
+    ),
+}
+
+
+def _sinks(root: Path, name: str, spec: MergeSpec, coalesced: bool) -> tuple[DeltaSink, DeltaSink]:
+    return (
+        DeltaSink(str(root / f"{name}-embedded"), "app", spec, coalesce=coalesced),
+        DeltaSink(str(root / f"{name}-spark-sql"), "app", spec),
+    )
+
+
+def _start(sink: DeltaSink, case: Case) -> None:
+    sink.write(case.batches[0], 0)
+    if case.clear_sequence:
+        DeltaTable(sink.target).update(updates={"ts": "NULL"})
+    for version, batch in enumerate(case.batches[1:], start=1):
+        sink.pre_commit(batch, version)
+
+
+def run_spark_sql(spark: Any, sink: DeltaSink, case: Case, *, coalesced: bool) -> list[str]:
+    """Apply the staged versions 1.. with the Spark backend's SQL on Sail."""
+    backend = SparkBackend(
+        spark=spark, target=sink.target, staging=sink.staging, app_id="app", spec=case.spec
+    )
+    versions = list(range(1, len(case.batches)))
+    columns = [
+        case.columns[v - 1] if case.columns else tuple(case.batches[v].column_names)
+        for v in versions
+    ]
+    groups = [versions] if coalesced and len(set(columns)) == 1 else [[v] for v in versions]
+    statements = []
+    for group in groups:
+        source = backend.source_sql(group, columns[group[0] - 1], case.spec)
+        statement = backend.merge_sql(case.spec, columns[group[0] - 1], source)
+        spark.sql(statement).collect()
+        statements.append(statement)
+    return statements
+
+
+def read(spark: Any, target: str) -> Any:
+    return spark.sql(f"SELECT * FROM {table_ref(target)} ORDER BY id")
+
+
+RUNS = [(name, False) for name in CASES] + [
+    (name, True) for name, case in CASES.items() if len(case.batches) > 2
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "coalesced"), RUNS, ids=[f"{n}-{'coalesced' if c else 'each'}" for n, c in RUNS]
+)
+def test_spark_sql_merge_equals_the_embedded_merge(
+    spark: Any, tmp_path: Path, name: str, coalesced: bool
+) -> None:
+    case = CASES[name]
+    embedded, spark_side = _sinks(tmp_path, name, case.spec, coalesced)
+    _start(embedded, case)
+    _start(spark_side, case)
+    embedded.commit(len(case.batches) - 1)
+    statements = run_spark_sql(spark, spark_side, case, coalesced=coalesced)
+
+    assert len(statements) == (1 if coalesced else len(case.batches) - 1)
+    assert support.rows(embedded.target) == list(case.expected)
+    assert support.rows(spark_side.target) == list(case.expected)
+    assert_df_equality(
+        read(spark, embedded.target), read(spark, spark_side.target), ignore_nullable=True
+    )
+
+
+def test_merge_sql_text(spark: Any, tmp_path: Path) -> None:
+    backend = SparkBackend(
+        spark=spark,
+        target="main.sales.orders",
+        staging="main.sales.orders__deltasink_staging_app",
+        app_id="app",
+        spec=SEQ_DEL,
+    )
+    source = backend.source_sql([7], ["id", "ts", "op"], SEQ_DEL)
+    assert source == (
+        "SELECT `id`, `ts`, `op`, coalesce(`_deltasink_delete`, false) AS `_deltasink_delete` "
+        "FROM `main`.`sales`.`orders__deltasink_staging_app` WHERE `_deltasink_version` IN (7)"
+    )
+    assert backend.merge_sql(SEQ_DEL, ["id", "ts", "op"], source).splitlines() == [
+        "MERGE INTO `main`.`sales`.`orders` AS t",
+        f"USING ({source}) AS s",
+        "ON t.`id` = s.`id`",
+        "WHEN MATCHED AND ((s.`_deltasink_delete`) AND (t.`ts` IS NULL OR s.`ts` >= t.`ts`)) "
+        "THEN DELETE",
+        "WHEN MATCHED AND ((NOT s.`_deltasink_delete`) AND (t.`ts` IS NULL OR s.`ts` >= t.`ts`)) "
+        "THEN UPDATE SET t.`ts` = s.`ts`, t.`op` = s.`op`",
+        "WHEN NOT MATCHED AND (NOT s.`_deltasink_delete`) THEN INSERT (`id`, `ts`, `op`) "
+        "VALUES (s.`id`, s.`ts`, s.`op`)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "order"),
+    [
+        (UPSERT, "`_deltasink_version` DESC"),
+        (SEQ, "`ts` DESC, `_deltasink_version` DESC"),
+        (INSERT, "`_deltasink_version` ASC"),
+    ],
+)
+def test_coalesced_source_sql_text(spark: Any, spec: MergeSpec, order: str) -> None:
+    backend = SparkBackend(
+        spark=spark, target="/lake/t", staging="/lake/s", app_id="app", spec=spec
+    )
+    assert backend.source_sql([1, 2], ["id", "ts"], spec) == (
+        "SELECT `id`, `ts` FROM (SELECT *, row_number() OVER (PARTITION BY `id` ORDER BY "
+        f"{order}) AS `_deltasink_rank` FROM delta.`/lake/s` WHERE `_deltasink_version` IN "
+        "(1, 2)) WHERE `_deltasink_rank` = 1"
+    )
+
+
+def test_append_source_is_every_staged_row(spark: Any, tmp_path: Path) -> None:
+    spec = MergeSpec(mode="append")
+    sink = DeltaSink(str(tmp_path / "events"), "app", spec)
+    for version, ids in enumerate([[1, 1], [2], [3, 1]]):
+        sink.pre_commit(pa.table({"id": pa.array(ids, pa.int64())}), version)
+    backend = SparkBackend(
+        spark=spark, target=sink.target, staging=sink.staging, app_id="app", spec=spec
+    )
+    source = backend.source_sql([0, 2], ["id"], spec)
+    got = sorted(r.id for r in spark.sql(source).collect())
+    assert got == [1, 1, 1, 3]
+    assert source == (
+        f"SELECT `id` FROM delta.`{sink.staging}` WHERE `_deltasink_version` IN (0, 2)"
+    )
