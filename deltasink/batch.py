@@ -22,7 +22,7 @@ from deltasink.errors import (
     KeyColumnError,
     SchemaMismatchError,
 )
-from deltasink.schema import align_to_target, nullable_schema
+from deltasink.schema import align_to_target, to_delta_types
 from deltasink.spec import RESERVED_PREFIX, MergeSpec
 
 __all__ = [
@@ -53,13 +53,18 @@ def is_spark_dataframe(obj: object) -> bool:
 
 
 def _check_names(names: Sequence[str]) -> None:
-    duplicated = sorted(n for n, c in Counter(names).items() if c > 1)
+    if not names:
+        raise SchemaMismatchError("the batch has no columns; a batch needs at least one.")
+    # Delta (like Spark) resolves column names case-insensitively.
+    lowered = Counter(n.lower() for n in names)
+    duplicated = sorted(n for n in names if lowered[n.lower()] > 1)
     if duplicated:
         raise SchemaMismatchError(
-            f"the batch has duplicate column names {duplicated}; rename or drop them.",
+            f"the batch has duplicate column names {duplicated} (Delta compares names "
+            "case-insensitively); rename or drop them.",
             column=duplicated[0],
         )
-    reserved = [n for n in names if n.startswith(RESERVED_PREFIX)]
+    reserved = [n for n in names if n.lower().startswith(RESERVED_PREFIX)]
     if reserved:
         raise SchemaMismatchError(
             f"column(s) {reserved} use the prefix {RESERVED_PREFIX!r}, which deltasink "
@@ -136,6 +141,14 @@ def check_required(table: pa.Table, spec: MergeSpec) -> None:
             raise KeyColumnError(
                 f"{role} column {name!r} is missing from the batch, whose columns are "
                 f"{table.column_names}.",
+                column=name,
+            )
+        kind = table.schema.field(name).type
+        if pa.types.is_nested(kind):
+            raise KeyColumnError(
+                f"{role} column {name!r} has the nested type {kind}; keys and sequence "
+                "columns must be scalars (numbers, strings, dates, timestamps). Use its "
+                "fields as keys instead.",
                 column=name,
             )
         nulls = table.column(name).null_count
@@ -225,7 +238,7 @@ def prepare(
             non_null_mask=None if flag is None else pc.invert(flag),
         )
     else:
-        data = data.cast(nullable_schema(data.schema))
+        data = to_delta_types(data, table=target)
     if flag is not None:
         data = data.append_column(pa.field(DELETE_COLUMN, pa.bool_(), True), flag)
     if spec.keys:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,10 +11,10 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from deltasink._version import __version__
-from deltasink.errors import NotADeltaTableError
+from deltasink.errors import NotADeltaTableError, StorageError
 from deltasink.history import user_metadata
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "normalize_uri",
     "now_ms",
     "open_table",
+    "plain",
+    "refresh",
 ]
 
 
@@ -43,24 +46,107 @@ def normalize_uri(path: str | os.PathLike[str]) -> str:
     return text.rstrip("/")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain(exc: BaseException) -> str:
+    """An engine error's message without terminal colour codes and backtraces."""
+    text = _ANSI.sub("", str(exc))
+    return text.split("\nStack backtrace:")[0].split("\n\nStack backtrace")[0].strip()
+
+
+def _log_state(uri: str) -> tuple[bool, list[str]]:
+    """For a local table: (any committed log file?, zero-length commit files)."""
+    log = os.path.join(uri, "_delta_log")
+    committed, empty = False, []
+    with os.scandir(log) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith((".json", ".checkpoint.parquet")):
+                committed = True
+                if name.endswith(".json") and entry.stat().st_size == 0:
+                    empty.append(name)
+    return committed, sorted(empty)
+
+
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
     """Open the Delta table at ``uri``; ``None`` when nothing is there yet.
 
+    A location whose ``_delta_log`` holds no commit yet (a writer died while creating
+    the table) counts as "nothing there yet": the next write creates it.
+
     Raises:
-        NotADeltaTableError: ``uri`` is a local directory with files but no Delta log.
+        NotADeltaTableError: ``uri`` is a local file, or a directory with files but
+            no Delta log.
+        StorageError: The Delta log exists but cannot be read (corrupt, torn, missing
+            commits).
     """
+    local = is_local(uri)
+    if local and os.path.isfile(uri):
+        raise NotADeltaTableError(
+            f"{uri} is not a Delta table (it is a file). Point the sink at a Delta table "
+            "directory or a new location.",
+            table=uri,
+        )
     try:
-        return DeltaTable(uri, storage_options=dict(storage_options or {}))
+        table = DeltaTable(uri, storage_options=dict(storage_options or {}))
     except TableNotFoundError:
-        entries = sorted(os.listdir(uri))[:5] if is_local(uri) and os.path.isdir(uri) else []
+        if not (local and os.path.isdir(uri)):
+            return None
+        entries = sorted(os.listdir(uri))
+        if "_delta_log" in entries:
+            committed, _ = _log_state(uri)
+            if not committed:
+                return None  # half-created: no commit reached the log
+            raise StorageError(
+                f"the Delta log of {uri} cannot be read (commit files are missing). "
+                "Restore its _delta_log from a backup.",
+                table=uri,
+            ) from None
         if entries:
             raise NotADeltaTableError(
                 f"{uri} exists but is not a Delta table (no _delta_log; it holds "
-                f"{entries}). Point the sink at a Delta table or an empty/new location, "
-                "or convert the data first (deltalake.convert_to_deltalake).",
+                f"{entries[:5]}). Point the sink at a Delta table or a new location, or "
+                "convert the data first (deltalake.convert_to_deltalake).",
                 table=uri,
             ) from None
         return None
+    except DeltaError as exc:
+        raise StorageError(
+            f"the Delta log of {uri} cannot be read: {plain(exc)}. Restore its _delta_log "
+            "from a backup, or point the sink at another location.",
+            table=uri,
+        ) from exc
+    if local:
+        _, empty = _log_state(uri)
+        if empty:
+            raise StorageError(
+                f"the Delta log of {uri} has empty commit files {empty} (a torn write): "
+                "reading it would silently lose those commits. Restore them from a "
+                "backup, or remove them if nothing was acknowledged after them.",
+                table=uri,
+            )
+    return table
+
+
+def refresh(
+    table: DeltaTable | None, uri: str, storage_options: Mapping[str, str] | None
+) -> DeltaTable | None:
+    """``table`` brought to the latest version, or the table re-opened from scratch
+    (``None`` if it is gone) when its log moved under it (dropped, recreated)."""
+    if table is None:
+        return open_table(uri, storage_options)
+    if is_local(uri) and not os.path.exists(_commit_file(uri, table.version())):
+        return open_table(uri, storage_options)  # dropped (and maybe recreated) meanwhile
+    try:
+        table.update_incremental()
+    except DeltaError:
+        return open_table(uri, storage_options)
+    return table
+
+
+def _commit_file(uri: str, version: int) -> str:
+    return os.path.join(uri, "_delta_log", f"{version:020d}.json")
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:

@@ -15,8 +15,10 @@ what the caller should do next::
     ├── CommitError                the target was not changed for this version;
     │   │                          ``recover()`` finishes the job once the cause is gone
     │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
-    └── FencedError                another live writer with the same app_id took over;
-                                   stop this one
+    ├── FencedError                another live writer with the same app_id took over;
+    │                              stop this one
+    └── StorageError               a table's storage or Delta log is unusable (unreadable,
+                                   corrupt, not writable); nothing committed is lost
 
 Errors carry the context they are about as attributes (``table``, ``app_id``,
 ``version``, ``column``) so that callers can branch without parsing messages.
@@ -38,6 +40,7 @@ __all__ = [
     "NotADeltaTableError",
     "SchemaMismatchError",
     "StagingOwnershipError",
+    "StorageError",
 ]
 
 
@@ -152,3 +155,12 @@ class FencedError(DeltaSinkError):
         super().__init__(message, table=table, app_id=app_id)
         self.epoch = epoch
         self.current_epoch = current_epoch
+
+
+class StorageError(DeltaSinkError):
+    """A table's storage or Delta log is unusable: the log cannot be read (corrupt,
+    torn, files missing), or the location cannot be created or written.
+
+    Nothing committed is lost; a person must repair the storage (restore the
+    ``_delta_log`` from a backup, fix permissions or paths). ``table`` names it.
+    """

@@ -108,8 +108,11 @@ def _versions(commit: Mapping[str, Any], app_id: str) -> tuple[int, ...] | None:
 
 
 def _timestamp(value: Any) -> datetime:
+    """A commit timestamp as an aware UTC datetime: epoch milliseconds (delta-rs), or a
+    datetime; a naive one is local time, as classic Spark's ``DESCRIBE HISTORY``
+    returns it (``astimezone`` reads a naive datetime as local time)."""
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
     return datetime.fromtimestamp(int(value) / 1000, timezone.utc)
 
 

@@ -14,7 +14,13 @@ import pyarrow as pa
 
 from deltasink.errors import SchemaMismatchError
 
-__all__ = ["align_to_target", "describe_type", "is_lossless_cast", "nullable_schema"]
+__all__ = [
+    "align_to_target",
+    "describe_type",
+    "is_lossless_cast",
+    "nullable_schema",
+    "to_delta_types",
+]
 
 _INT_BITS = {
     pa.int8(): (8, True),
@@ -47,6 +53,8 @@ def _list_like(t: pa.DataType) -> bool:
 
 def is_lossless_cast(src: Any, dst: Any) -> bool:
     """Whether every value of type ``src`` is representable in ``dst`` unchanged."""
+    if pa.types.is_dictionary(src):
+        return is_lossless_cast(src.value_type, dst)
     if src.equals(dst) or pa.types.is_null(src):
         return True
     if src in _INT_BITS and dst in _INT_BITS:
@@ -207,3 +215,76 @@ def align_to_target(
             column=missing[0],
         )
     return pa.Table.from_arrays(columns, schema=pa.schema(out_fields))
+
+
+def _delta_type(t: Any, column: str, table: str) -> Any:
+    """The Delta-storable type for ``t``, or :class:`SchemaMismatchError`."""
+
+    def refuse(why: str) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            f"column {column!r} has type {describe_type(t)}, {why}. Cast it in the job "
+            f"before writing to {table}.",
+            table=table,
+            column=column,
+        )
+
+    if pa.types.is_dictionary(t):
+        return _delta_type(t.value_type, column, table)
+    if pa.types.is_null(t):
+        raise refuse("which has no values to infer a Delta type from (an all-null literal)")
+    if pa.types.is_unsigned_integer(t):
+        return {8: pa.int16(), 16: pa.int32(), 32: pa.int64(), 64: pa.int64()}[t.bit_width]
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)  # Delta stores microseconds
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if pa.types.is_decimal(t):
+        if t.precision > 38:
+            raise refuse("beyond Delta's largest decimal, decimal(38, s)")
+        return pa.decimal128(t.precision, t.scale)
+    if pa.types.is_time(t) or pa.types.is_duration(t) or pa.types.is_interval(t):
+        raise refuse("which Delta has no type for")
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _delta_type(f.type, column, table), True) for f in t])
+    if _list_like(t):
+        return pa.list_(pa.field("element", _delta_type(t.value_type, column, table), True))
+    if pa.types.is_map(t):
+        return pa.map_(
+            _delta_type(t.key_type, column, table),
+            pa.field("value", _delta_type(t.item_type, column, table), True),
+        )
+    return _nullable_type(t)
+
+
+def to_delta_types(batch: pa.Table, *, table: str) -> pa.Table:
+    """Cast a batch for a target that does not exist yet to types Delta stores.
+
+    Unsigned integers widen (``uint64`` must fit a signed long), ``float16`` widens,
+    timestamps become microseconds (values with sub-microsecond parts are refused,
+    never truncated), dictionaries are decoded; types Delta has no equivalent for
+    (time of day, durations, all-null columns, decimals beyond 38 digits) are refused.
+    Every field becomes nullable.
+
+    Raises:
+        SchemaMismatchError: A column cannot be stored without loss.
+    """
+    columns = []
+    fields = []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        target_type = _delta_type(field.type, field.name, table)
+        try:
+            cast = (
+                column if column.type.equals(target_type) else column.cast(target_type, safe=True)
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaMismatchError(
+                f"column {field.name!r} cannot be stored as {describe_type(target_type)} "
+                f"without loss ({exc}). Cast or round it in the job.",
+                table=table,
+                column=field.name,
+            ) from exc
+        columns.append(cast)
+        fields.append(pa.field(field.name, target_type, True))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))

@@ -36,14 +36,14 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Field, Transaction
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.deltalog import arrow_schema, commit_properties, now_ms, open_table
-from deltasink.errors import CommitError, FencedError, StagingOwnershipError
+from deltasink.deltalog import arrow_schema, commit_properties, now_ms, plain, refresh
+from deltasink.errors import CommitError, FencedError, StagingOwnershipError, StorageError
 from deltasink.protocol import DiscardReason, StagedVersion
 from deltasink.spec import MergeSpec
 
@@ -60,6 +60,8 @@ PROP_SPEC = "deltasink.mergeSpec"
 PROP_EPOCH = "deltasink.epoch"
 PROP_QUARANTINE = "deltasink.quarantine"
 COMMITTED_SUFFIX = "#committed"
+#: Never-referenced files younger than this are kept by gc (a staging in flight).
+ORPHAN_SAFETY_HOURS = 1
 _CLAIM_ATTEMPTS = 20
 
 
@@ -111,15 +113,11 @@ class StagingTable:
         Raises:
             StagingOwnershipError: The table belongs to another target or app.
         """
-        if self._table is None:
-            table = open_table(self.uri, self._options)
-            if table is None:
-                return None
+        table = refresh(self._table, self.uri, self._options)
+        if table is not None and table is not self._table:
             self._check_owner(table)
-            self._table = table
-        else:
-            self._table.update_incremental()
-        return self._table
+        self._table = table
+        return table
 
     def _check_owner(self, table: DeltaTable) -> None:
         config = table.metadata().configuration
@@ -203,6 +201,20 @@ class StagingTable:
 
     def _create(self, schema: pa.Schema, spec: MergeSpec) -> DeltaTable:
         full = pa.schema([*schema, pa.field(VERSION_COLUMN, pa.int64(), True)])
+        try:
+            self._create_table(full, spec)
+        except (DeltaError, OSError) as exc:
+            raise StorageError(
+                f"cannot create the staging table at {self.uri}: {plain(exc)}. Check that "
+                "the location is a writable directory path (or pass staging=...).",
+                table=self.uri,
+                app_id=self.app_id,
+            ) from exc
+        table = self.open()
+        assert table is not None
+        return table
+
+    def _create_table(self, full: pa.Schema, spec: MergeSpec) -> None:
         DeltaTable.create(
             self.uri,
             full,
@@ -220,9 +232,6 @@ class StagingTable:
             storage_options=self._options,
             raise_if_key_not_exists=False,
         )
-        table = self.open()
-        assert table is not None
-        return table
 
     def epoch(self) -> int | None:
         """The current writer epoch, or ``None`` if the table does not exist."""
@@ -479,12 +488,27 @@ class StagingTable:
         table = self.open()
         if table is None:
             return GcResult((), dry_run)
-        files = table.vacuum(
-            retention_hours=math.ceil(retention.total_seconds() / 3600),
-            dry_run=dry_run,
-            enforce_retention_duration=False,
-            full=True,  # also files never referenced by the log (failed stagings)
-            commit_properties=commit_properties(app_id=self.app_id, version=None, operation="gc"),
+        hours = math.ceil(retention.total_seconds() / 3600)
+        props = commit_properties(app_id=self.app_id, version=None, operation="gc")
+        # Files the log removed (committed, aborted, abandoned versions): by retention.
+        files = set(
+            table.vacuum(
+                retention_hours=hours,
+                dry_run=dry_run,
+                enforce_retention_duration=False,
+                commit_properties=props,
+            )
+        )
+        # Files the log never referenced (failed stagings): never younger than the
+        # safety margin, so a pre_commit writing its file right now keeps it.
+        files |= set(
+            table.vacuum(
+                retention_hours=max(hours, ORPHAN_SAFETY_HOURS),
+                dry_run=dry_run,
+                enforce_retention_duration=False,
+                full=True,
+                commit_properties=props,
+            )
         )
         if not dry_run:
             table.update_incremental()

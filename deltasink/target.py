@@ -18,7 +18,7 @@ from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN
-from deltasink.deltalog import arrow_schema, commit_properties, open_table
+from deltasink.deltalog import arrow_schema, commit_properties, refresh
 from deltasink.errors import CommitError
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
 from deltasink.protocol import CommitResult
@@ -52,10 +52,7 @@ class TargetTable:
 
     def open(self) -> DeltaTable | None:
         """The target at its latest version, or ``None`` if it does not exist yet."""
-        if self._table is None:
-            self._table = open_table(self.uri, self._options)
-        else:
-            self._table.update_incremental()
+        self._table = refresh(self._table, self.uri, self._options)
         return self._table
 
     def committed_version(self, app_id: str) -> int | None:

@@ -303,10 +303,11 @@ def test_the_marker_check_is_delta_s_own(delta_spark: Any, target: str) -> None:
         spark=delta_spark, target=target, staging=s.staging, app_id="app", spec=UPSERT
     )
     before = support.table_version(target)
-    backend._committed = lambda: None  # type: ignore[method-assign]  # as if unreadable
-    backend._apply_once([1], ("id", "value"), UPSERT)  # the MERGE runs: Delta skips it
+    backend._logs.committed = lambda: None  # type: ignore[method-assign]  # as if unreadable
+    publisher = backend._target_writer
+    publisher.apply_once([1], ("id", "value"), UPSERT)  # the MERGE runs: Delta skips it
     assert support.table_version(target) == before
-    assert backend._result(1, 1, 0.0).target_version == 1  # the original commit
+    assert publisher.result(1, 1, 0.0).target_version == 1  # the original commit
 
 
 def test_a_newer_writer_fences_the_older_one(delta_spark: Any, target: str) -> None:

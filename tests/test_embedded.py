@@ -269,7 +269,12 @@ def test_status_and_history(target: str) -> None:
 @pytest.mark.parametrize("batch_rows", [0, 1, 2500])
 def test_staged_rows_are_exactly_the_batch(target: str, batch_rows: int) -> None:
     sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
-    table = pa.table({"id": list(range(batch_rows)), "value": [str(i) for i in range(batch_rows)]})
+    table = pa.table(
+        {
+            "id": pa.array(range(batch_rows), pa.int64()),
+            "value": pa.array([str(i) for i in range(batch_rows)], pa.string()),
+        }
+    )
     committable = sink.pre_commit(table, 0)
     assert committable.rows == batch_rows
     staged = sink._backend.staging.read(0)  # type: ignore[attr-defined]

@@ -5,13 +5,15 @@ Both sides start from the same state, written by the embedded backend, which als
 stages the later batches (the staging layout is shared). The Spark side then runs
 exactly the SQL :class:`~deltasink.backends.spark.SparkBackend` generates
 (``source_sql`` over the real staging table, ``merge_sql`` from the shared
-:class:`~deltasink.merge.MergePlan`) on Sail, which executes ``MERGE INTO`` but does
-not write ``txn`` markers; the markers are covered by the Delta-enabled suite.
+:class:`~deltasink.merge.MergePlan`, with the ``key_prune`` key-range predicate) on
+Sail, which executes ``MERGE INTO`` but does not write ``txn`` markers; the markers
+are covered by the Delta-enabled suite.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,8 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from deltasink import DeltaSink, MergeSpec
-from deltasink.backends.spark import SparkBackend, table_ref
+from deltasink.backends.spark.publish import key_prune, merge_sql, source_sql
+from deltasink.backends.spark.tables import table_ref
 from tests import support
 
 
@@ -124,6 +127,18 @@ CASES = {
             {"id": 5, "ts": 1, "op": "I"},
         ),
     ),
+    "composite-integer-and-date-key": Case(
+        MergeSpec(keys=["id", "day"]),
+        (
+            t(id=[1, 2], day=[date(2024, 1, 1)] * 2, value=["a", "b"]),
+            t(id=[1, 3], day=[date(2024, 1, 1), date(2024, 2, 1)], value=["A", "c"]),
+        ),
+        (
+            {"id": 1, "day": date(2024, 1, 1), "value": "A"},
+            {"id": 2, "day": date(2024, 1, 1), "value": "b"},
+            {"id": 3, "day": date(2024, 2, 1), "value": "c"},
+        ),
+    ),
     "batch-may-omit-nullable-target-columns": Case(
         UPSERT,
         (t(id=[1], a=["x"], b=[1]), t(id=[1, 2], b=[5, 6])),
@@ -150,9 +165,7 @@ def _start(sink: DeltaSink, case: Case) -> None:
 
 def run_spark_sql(spark: Any, sink: DeltaSink, case: Case, *, coalesced: bool) -> list[str]:
     """Apply the staged versions 1.. with the Spark backend's SQL on Sail."""
-    backend = SparkBackend(
-        spark=spark, target=sink.target, staging=sink.staging, app_id="app", spec=case.spec
-    )
+    target_ref, staging_ref = table_ref(sink.target), table_ref(sink.staging)
     versions = list(range(1, len(case.batches)))
     columns = [
         case.columns[v - 1] if case.columns else tuple(case.batches[v].column_names)
@@ -161,8 +174,11 @@ def run_spark_sql(spark: Any, sink: DeltaSink, case: Case, *, coalesced: bool) -
     groups = [versions] if coalesced and len(set(columns)) == 1 else [[v] for v in versions]
     statements = []
     for group in groups:
-        source = backend.source_sql(group, columns[group[0] - 1], case.spec)
-        statement = backend.merge_sql(case.spec, columns[group[0] - 1], source)
+        source = source_sql(staging_ref, group, columns[group[0] - 1], case.spec)
+        target = spark.sql(f"SELECT * FROM {target_ref}").schema
+        prune = key_prune(spark, staging_ref, group, case.spec.keys, target)
+        assert prune is not None  # every case has an integer key
+        statement = merge_sql(target_ref, case.spec, columns[group[0] - 1], source, prune=prune)
         spark.sql(statement).collect()
         statements.append(statement)
     return statements
@@ -198,20 +214,15 @@ def test_spark_sql_merge_equals_the_embedded_merge(
     )
 
 
-def test_merge_sql_text(spark: Any, tmp_path: Path) -> None:
-    backend = SparkBackend(
-        spark=spark,
-        target="main.sales.orders",
-        staging="main.sales.orders__deltasink_staging_app",
-        app_id="app",
-        spec=SEQ_DEL,
-    )
-    source = backend.source_sql([7], ["id", "ts", "op"], SEQ_DEL)
+def test_merge_sql_text() -> None:
+    staging_ref = table_ref("main.sales.orders__deltasink_staging_app")
+    source = source_sql(staging_ref, [7], ["id", "ts", "op"], SEQ_DEL)
     assert source == (
         "SELECT `id`, `ts`, `op`, coalesce(`_deltasink_delete`, false) AS `_deltasink_delete` "
         "FROM `main`.`sales`.`orders__deltasink_staging_app` WHERE `_deltasink_version` IN (7)"
     )
-    assert backend.merge_sql(SEQ_DEL, ["id", "ts", "op"], source).splitlines() == [
+    merge = merge_sql(table_ref("main.sales.orders"), SEQ_DEL, ["id", "ts", "op"], source)
+    assert merge.splitlines() == [
         "MERGE INTO `main`.`sales`.`orders` AS t",
         f"USING ({source}) AS s",
         "ON t.`id` = s.`id`",
@@ -232,11 +243,8 @@ def test_merge_sql_text(spark: Any, tmp_path: Path) -> None:
         (INSERT, "`_deltasink_version` ASC"),
     ],
 )
-def test_coalesced_source_sql_text(spark: Any, spec: MergeSpec, order: str) -> None:
-    backend = SparkBackend(
-        spark=spark, target="/lake/t", staging="/lake/s", app_id="app", spec=spec
-    )
-    assert backend.source_sql([1, 2], ["id", "ts"], spec) == (
+def test_coalesced_source_sql_text(spec: MergeSpec, order: str) -> None:
+    assert source_sql(table_ref("/lake/s"), [1, 2], ["id", "ts"], spec) == (
         "SELECT `id`, `ts` FROM (SELECT *, row_number() OVER (PARTITION BY `id` ORDER BY "
         f"{order}) AS `_deltasink_rank` FROM delta.`/lake/s` WHERE `_deltasink_version` IN "
         "(1, 2)) WHERE `_deltasink_rank` = 1"
@@ -248,12 +256,48 @@ def test_append_source_is_every_staged_row(spark: Any, tmp_path: Path) -> None:
     sink = DeltaSink(str(tmp_path / "events"), "app", spec)
     for version, ids in enumerate([[1, 1], [2], [3, 1]]):
         sink.pre_commit(pa.table({"id": pa.array(ids, pa.int64())}), version)
-    backend = SparkBackend(
-        spark=spark, target=sink.target, staging=sink.staging, app_id="app", spec=spec
-    )
-    source = backend.source_sql([0, 2], ["id"], spec)
+    source = source_sql(table_ref(sink.staging), [0, 2], ["id"], spec)
     got = sorted(r.id for r in spark.sql(source).collect())
     assert got == [1, 1, 1, 3]
     assert source == (
         f"SELECT `id` FROM delta.`{sink.staging}` WHERE `_deltasink_version` IN (0, 2)"
     )
+
+
+def test_key_prune_bounds_integer_and_date_keys(spark: Any, tmp_path: Path) -> None:
+    spec = MergeSpec(keys=["id", "day", "name"])
+    sink = DeltaSink(str(tmp_path / "t"), "app", spec)
+    sink.write(t(id=[1], day=[date(2024, 1, 1)], name=["a"]), 0)
+    sink.pre_commit(t(id=[5, -2], day=[date(2024, 3, 1), date(2023, 12, 31)], name=["b", "c"]), 1)
+    sink.pre_commit(t(id=[40], day=[date(2024, 2, 1)], name=["d"]), 2)
+    empty = pa.table(
+        {
+            "id": pa.array([], pa.int64()),
+            "day": pa.array([], pa.date32()),
+            "name": pa.array([], pa.string()),
+        }
+    )
+    sink.pre_commit(empty, 3)
+    staging = table_ref(sink.staging)
+    target = spark.sql(f"SELECT * FROM {table_ref(sink.target)}").schema
+    days = "t.`day` >= CAST('2023-12-31' AS DATE) AND t.`day` <= CAST('2024-03-01' AS DATE)"
+    assert key_prune(spark, staging, [1], spec.keys, target) == (
+        f"t.`id` >= -2 AND t.`id` <= 5 AND {days}"
+    )
+    assert key_prune(spark, staging, [1, 2], spec.keys, target) == (
+        f"t.`id` >= -2 AND t.`id` <= 40 AND {days}"
+    )
+    assert key_prune(spark, staging, [3], spec.keys, target) is None  # no rows, no bounds
+    assert key_prune(spark, staging, [1], ["name"], target) is None  # strings: not pruned
+    source = source_sql(staging, [1], ["id", "day", "name"], spec)
+    prune = key_prune(spark, staging, [1], spec.keys, target)
+    merge = merge_sql(table_ref(sink.target), spec, ["id", "day", "name"], source, prune=prune)
+    assert merge.splitlines()[2] == (
+        f"ON t.`id` = s.`id` AND t.`day` = s.`day` AND t.`name` = s.`name` AND {prune}"
+    )
+    spark.sql(merge).collect()
+    assert support.rows(sink.target) == [
+        {"id": -2, "day": date(2023, 12, 31), "name": "c"},
+        {"id": 1, "day": date(2024, 1, 1), "name": "a"},
+        {"id": 5, "day": date(2024, 3, 1), "name": "b"},
+    ]

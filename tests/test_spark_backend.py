@@ -32,16 +32,11 @@ from deltasink import (
     StagingOwnershipError,
 )
 from deltasink.backends import select_engine
-from deltasink.backends.spark import (
-    SparkBackend,
-    StagingLedger,
-    ddl_columns,
-    ddl_type,
-    is_conflict,
-    new_commits,
-    prepare_frame,
-    table_ref,
-)
+from deltasink.backends.spark import SparkBackend
+from deltasink.backends.spark.ledger import StagingLedger, new_commits
+from deltasink.backends.spark.session import is_conflict
+from deltasink.backends.spark.tables import ddl_columns, ddl_type, table_ref
+from deltasink.backends.spark.validate import prepare_frame
 from deltasink.batch import collect, prepare
 from deltasink.cli import app
 from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA, delta_txn, session_conf

@@ -103,12 +103,27 @@ class EmbeddedBackend:
     def _fence(self, schema: pa.Schema | None = None) -> int | None:
         """Claim an epoch on first use, check it afterwards. ``None``: no staging table
         exists and none is being created, so there is nothing to fence."""
+        self._forget_epoch_if_staging_vanished()
         if self._epoch is None:
             spec = self._spec or self.staging.recorded_spec()
             self._epoch = self.staging.claim(schema, spec) if spec is not None else None
         else:
             self.staging.check_epoch(self._epoch)
         return self._epoch
+
+    def _forget_epoch_if_staging_vanished(self) -> None:
+        """A staging table deleted under a running sink: start over with a new one
+        (what was staged and not committed is gone with it)."""
+        if self._epoch is not None and self.staging.open() is None:
+            logger.warning(
+                "app %r: the staging table %s was deleted while this sink ran; versions "
+                "staged there and not committed are lost (the source must send them "
+                "again). A new staging table is created.",
+                self.app_id,
+                self.staging.uri,
+            )
+            self._epoch = None
+            self._last = None
 
     # -- Participant -------------------------------------------------------------------
 
@@ -147,6 +162,7 @@ class EmbeddedBackend:
                     version=version,
                 )
         data = self._prepare(batch, spec)
+        self._forget_epoch_if_staging_vanished()
         if self._epoch is None:
             self._epoch = self.staging.claim(data.schema, spec)
         assert self._epoch is not None

@@ -1,0 +1,310 @@
+""":class:`SparkBackend`, the Spark backend's port: the protocol's
+:class:`~deltasink.protocol.Participant` (with fencing, coalescing and
+write-audit-publish) and what :class:`~deltasink.backends.Backend` adds, wired from the
+parts of this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+from deltasink import _faults
+from deltasink.batch import quote
+from deltasink.checks import Check, StagedBatch, run_checks
+from deltasink.errors import CommitError, ConfigurationError
+from deltasink.history import HistoryEntry, history_from_commits, previous_rows, user_metadata
+from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
+from deltasink.sparkconf import session_conf
+from deltasink.spec import MergeSpec
+from deltasink.staging import PROP_SPEC, GcResult
+
+from .fencing import Fence
+from .logs import LogReader, SparkLogs
+from .publish import TargetWriter, source_sql
+from .session import SparkSql
+from .stage import StagingWriter
+from .tables import Tables
+from .validate import PreparedFrame, as_dataframe, prepare_frame, require_dataframe
+
+__all__ = ["SparkBackend"]
+
+
+class SparkBackend:
+    """:class:`~deltasink.protocol.Participant` whose Delta commits are made by Spark
+    (with fencing, coalescing and write-audit-publish).
+
+    Every method may be called again after a crash: state is read back from the two
+    Delta logs, and every target commit is tagged ``txn(app_id, version)``, which Delta
+    checks before committing.
+
+    Args:
+        spark: The session (default: the active session, or the batch's own).
+        target: Target path/URI or catalog name (``catalog.schema.table``).
+        staging: Staging path/URI or catalog name.
+        app_id: The writer.
+        spec: The MergeSpec for new versions; ``None`` means the recorded one.
+        max_attempts: Attempts per target commit when concurrent writers conflict.
+        storage_options: delta-rs storage options, for reading the logs of tables on
+            object stores through delta-rs.
+        checks: Pre-commit checks (write-audit-publish).
+        log_reader: Who reads the logs: ``"delta-rs"``, ``"spark"``, or ``"auto"``
+            (default, :attr:`default_log_reader`): delta-rs for local paths (except
+            on Databricks, where a bare path means DBFS) and for remote paths when
+            ``storage_options`` are given, Spark otherwise.
+    """
+
+    name = "spark"
+    reason = "Spark makes every Delta commit, with Delta's own txn idempotency"
+    default_log_reader: ClassVar[LogReader] = "auto"
+
+    def __init__(
+        self,
+        *,
+        spark: Any,
+        target: str,
+        staging: str,
+        app_id: str,
+        spec: MergeSpec | None,
+        max_attempts: int = 8,
+        storage_options: Mapping[str, str] | None = None,
+        checks: Sequence[Check] = (),
+        log_reader: LogReader | None = None,
+    ) -> None:
+        self.target = target
+        self.staging = staging
+        self.app_id = app_id
+        self.max_attempts = max_attempts
+        self.checks = tuple(checks)
+        self._spec = spec
+        self.tables = Tables(target, staging, app_id)
+        self.target_ref = self.tables.target_ref
+        self.staging_ref = self.tables.staging_ref
+        self._sql = SparkSql(spark, self.tables)
+        self._logs = SparkLogs(
+            self._sql,
+            self.tables,
+            reader=log_reader or self.default_log_reader,
+            storage_options=storage_options,
+            max_attempts=max_attempts,
+        )
+        self.log_reader: Literal["delta-rs", "spark"] = self._logs.reader
+        self._fence = Fence(self._sql, self._logs, self.tables)
+        self._staging_writer = StagingWriter(self._sql, self._logs, self._fence, self.tables)
+        self._target_writer = TargetWriter(
+            self._sql, self._logs, self._fence, self.tables, max_attempts=max_attempts
+        )
+
+    # -- configuration -------------------------------------------------------------------
+
+    def recorded_spec(self) -> MergeSpec | None:
+        """The MergeSpec recorded in the staging table, if any."""
+        return self._logs.recorded_spec()
+
+    def spec_for_new_versions(self) -> MergeSpec:
+        """The spec new versions are staged with."""
+        spec = self._spec or self.recorded_spec()
+        if spec is None:
+            raise ConfigurationError(
+                f"no MergeSpec given for app {self.app_id!r} on {self.target} and none is "
+                "recorded in its staging table; pass merge=MergeSpec(...).",
+                table=self.target,
+                app_id=self.app_id,
+            )
+        return spec
+
+    def spec_for_staged(self) -> MergeSpec:
+        """The spec staged versions are committed with (the one they were staged with)."""
+        return self.recorded_spec() or self.spec_for_new_versions()
+
+    # -- state and fencing ---------------------------------------------------------------
+
+    def read_state(self) -> LogState:
+        """The committed version and the staged versions, from the two logs.
+
+        Staged versions are the staging partitions plus the empty versions the staging
+        history records (Spark writes no file for an empty batch).
+        """
+        return self._logs.state()
+
+    def target_exists(self) -> bool:
+        return self._logs.target_exists()
+
+    @property
+    def epoch(self) -> int | None:
+        """This writer's epoch, once claimed."""
+        return self._fence.epoch
+
+    def claim(self) -> None:
+        """Take over the writer role now (``recover()`` calls this first); a no-op if
+        this backend already holds the current epoch, or if nothing is staged yet."""
+        self._fence.claim()
+
+    # -- staging -------------------------------------------------------------------------
+
+    def _prepare(self, batch: object, spec: MergeSpec) -> PreparedFrame:
+        df = as_dataframe(batch, self._sql)
+        self._sql.session(df)
+        prepared = prepare_frame(
+            require_dataframe(df), spec, self._logs.target_frame(), table=self.target
+        )
+        _faults.point("stage.before_write")
+        return prepared
+
+    def stage(self, batch: object, version: int) -> StagedVersion:
+        """Validate ``batch`` on Spark, then append it to the staging table in one commit
+        tagged ``txn(app_id, version)``; the first stage creates the table.
+
+        A failure before that commit leaves nothing staged (Spark removes the files of a
+        failed write job; anything left is unreferenced and goes with ``VACUUM``).
+        """
+        spec = self.spec_for_new_versions()
+        recorded = self.recorded_spec()
+        if recorded is not None and recorded != spec:
+            pending = self.read_state().pending
+            if pending:
+                raise ConfigurationError(
+                    f"versions {[s.version for s in pending]} of app {self.app_id!r} were "
+                    f"staged with {recorded} and are not committed yet; commit or recover "
+                    f"them (or abort them) before staging with {spec}.",
+                    table=self.target,
+                    app_id=self.app_id,
+                    version=version,
+                )
+        prepared = self._prepare(batch, spec)
+        if self._logs.staging_props() is None:
+            self._staging_writer.create(prepared, spec)
+        epoch = self._fence.fence()
+        assert epoch is not None
+        if recorded is not None and recorded != spec:
+            self._fence.check()
+            self._sql.set_props(
+                self.staging_ref,
+                {PROP_SPEC: spec.to_json()},
+                user_metadata("spec", self.app_id, None),
+            )
+        return self._staging_writer.append(version, prepared, operation="stage")
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(self, staged: StagedVersion) -> CommitResult:
+        """MERGE (or append) version ``staged`` into the target in one commit carrying
+        ``txn(app_id, version)``; a no-op returning ``already_committed`` when the
+        target's marker covers it (checked here, and by Delta itself in the commit)."""
+        self._fence.fence()
+        spec = self.spec_for_staged()
+        columns = self._logs.columns(staged.version)
+        return self._target_writer.apply([staged.version], columns, spec, staged.rows)
+
+    def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
+        """One commit for ``staged`` (coalesced, the marker of the highest version).
+
+        Raises:
+            CommitError: The versions were staged with different columns (committing
+                them together could null the columns some of them left out), or the
+                marker moved inside the run; the caller then goes one by one.
+        """
+        self._fence.fence()
+        spec = self.spec_for_staged()
+        versions = [s.version for s in staged]
+        columns = {self._logs.columns(v) for v in versions}
+        if len(columns) != 1:
+            raise CommitError(
+                f"versions {versions} were staged with different columns; committing them "
+                "one by one",
+                table=self.target,
+                app_id=self.app_id,
+            )
+        rows = sum(s.rows for s in staged)
+        result = self._target_writer.apply(versions, columns.pop(), spec, rows)
+        return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
+
+    def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
+        """Remove the staged data of ``versions`` in one ``DELETE`` (by partition, a
+        metadata-only commit); empty versions, which have no data, get a commit that
+        records their discard. Files stay for time travel until ``VACUUM``."""
+        if not versions or self._logs.staging_props() is None:
+            return
+        self._fence.fence()
+        _faults.point("discard.before_log_commit")
+        self._staging_writer.drop(versions, reason=reason)
+
+    # -- write-audit-publish ---------------------------------------------------------------
+
+    def audit(self, staged: StagedVersion) -> str | None:
+        """Run the pre-commit checks on ``staged`` (SQL checks on this session)."""
+        if not self.checks:
+            return None
+        version = staged.version
+        spec = self.spec_for_staged()
+        plain = replace(spec, delete_when=None) if spec.delete_when else spec
+
+        def dataframe() -> Any:
+            spark = self._sql.session()
+            columns = self._logs.columns(version)
+            return spark.sql(source_sql(self.staging_ref, [version], columns, plain))
+
+        batch = StagedBatch(
+            app_id=self.app_id,
+            version=version,
+            rows=staged.rows,
+            target=self.target,
+            _arrow=lambda: dataframe().toArrow(),
+            _dataframe=dataframe,
+            _previous_rows=lambda: previous_rows(self.history(20)),
+        )
+        return run_checks(self.checks, batch)
+
+    def quarantine(self, version: int, reason: str) -> None:
+        """Record the quarantine of ``version`` in the staging table's properties."""
+        self._fence.fence()
+        self._staging_writer.quarantine(version, reason)
+
+    def restage(self, batch: object, version: int) -> StagedVersion:
+        """Replace the staged data of quarantined ``version`` in one commit
+        (``replaceWhere`` on its partition), lifting the quarantine first (after a crash
+        in between, the old data is audited, and quarantined, again)."""
+        prepared = self._prepare(batch, self.spec_for_staged())
+        self._fence.fence()
+        self._staging_writer.lift_quarantine([version])
+        return self._staging_writer.append(version, prepared, operation="restage")
+
+    # -- operations ----------------------------------------------------------------------
+
+    def history(self, limit: int | None) -> list[HistoryEntry]:
+        return history_from_commits(self._logs.target_commits(limit), self.app_id)
+
+    def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
+        """``VACUUM`` the staging table (files of committed, aborted and abandoned
+        versions, and orphans); Delta checkpoints and expires its log by itself."""
+        if self._logs.staging_props() is None:
+            return GcResult((), dry_run)
+        hours = retention.total_seconds() / 3600
+        vacuum = f"VACUUM {self.staging_ref} RETAIN {hours:.6f} HOURS"
+        settings = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}
+        with session_conf(self._sql.session(), settings):
+            files = tuple(sorted(str(r[0]) for r in self._sql.sql(vacuum + " DRY RUN")))
+            if not dry_run and files:
+                self._sql.sql(vacuum, user_metadata=user_metadata("gc", self.app_id, None))
+        return GcResult(files, dry_run)
+
+    def optimize(self, z_order_by: Sequence[str]) -> None:
+        """``OPTIMIZE`` the target (``ZORDER BY`` the given columns)."""
+        if not self.target_exists():
+            return
+        zorder = f" ZORDER BY ({', '.join(quote(c) for c in z_order_by)})" if z_order_by else ""
+        self._sql.sql(f"OPTIMIZE {self.target_ref}{zorder}")
+
+    def commits_since_optimize(self, limit: int) -> int:
+        """This app's target commits since the target's last OPTIMIZE (up to ``limit``)."""
+        count = 0
+        for commit in self._logs.target_commits(4 * limit + 16):
+            if commit.get("operation") == "OPTIMIZE":
+                break
+            if history_from_commits([commit], self.app_id):
+                count += 1
+                if count >= limit:
+                    break
+        return count

@@ -1,0 +1,304 @@
+"""Reading the two Delta logs for the Spark backend: through delta-rs when both tables
+are paths it can open (the target's ``txn`` version, the staging snapshot's
+partitions), otherwise through Spark (``SHOW TBLPROPERTIES``, ``DESCRIBE HISTORY`` and
+a ``GROUP BY`` over the staging partitions). Either way the staging history feeds the
+:class:`~deltasink.backends.spark.ledger.StagingLedger` (empty versions, columns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from deltasink.batch import DELETE_COLUMN, quote
+from deltasink.deltalog import is_local
+from deltasink.errors import ConfigurationError, StagingOwnershipError
+from deltasink.history import history_from_commits
+from deltasink.protocol import LogState, StagedVersion
+from deltasink.spec import MergeSpec
+from deltasink.staging import (
+    PROP_APP,
+    PROP_QUARANTINE,
+    PROP_SPEC,
+    PROP_TARGET,
+    VERSION_COLUMN,
+    StagingTable,
+)
+from deltasink.target import TargetTable
+
+from .ledger import StagingLedger, new_commits
+from .session import SparkSql, is_missing
+from .tables import Tables
+
+__all__ = ["LogReader", "SparkLogs", "quarantine_records"]
+
+logger = logging.getLogger("deltasink")
+
+LogReader = Literal["auto", "delta-rs", "spark"]
+
+
+def _uses_delta_rs(reader: LogReader, tables: Tables, options: Mapping[str, str] | None) -> bool:
+    if reader not in ("auto", "delta-rs", "spark"):
+        raise ConfigurationError(f"log_reader must be auto, delta-rs or spark, got {reader!r}.")
+    if tables.target_in_catalog or tables.staging_in_catalog:
+        if reader == "delta-rs":
+            raise ConfigurationError(
+                "log_reader='delta-rs' needs path tables; catalog names are read by Spark.",
+                table=tables.target,
+            )
+        return False
+    if reader != "auto":
+        return reader == "delta-rs"
+    if is_local(tables.target) and is_local(tables.staging):
+        return not os.environ.get("DATABRICKS_RUNTIME_VERSION")
+    return bool(options)
+
+
+def quarantine_records(props: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The staging property ``deltasink.quarantine``: ``{version: {reason, at}}``."""
+    text = props.get(PROP_QUARANTINE)
+    records: dict[str, dict[str, str]] = json.loads(text) if text else {}
+    return records
+
+
+class SparkLogs:
+    """What the two logs say, for one writer; reads incrementally where it can.
+
+    Args:
+        sql: The session.
+        tables: The writer's tables.
+        reader: Who reads the logs (``"auto"``: delta-rs for local paths, except on
+            Databricks, and for remote paths with ``storage_options``; Spark otherwise).
+        storage_options: delta-rs storage options.
+        max_attempts: For the delta-rs target table.
+
+    Raises:
+        ConfigurationError: An unknown ``reader``, or ``"delta-rs"`` for catalog names.
+    """
+
+    def __init__(
+        self,
+        sql: SparkSql,
+        tables: Tables,
+        *,
+        reader: LogReader,
+        storage_options: Mapping[str, str] | None,
+        max_attempts: int,
+    ) -> None:
+        self._sql = sql
+        self.tables = tables
+        self._rs: tuple[TargetTable, StagingTable] | None = None
+        if _uses_delta_rs(reader, tables, storage_options):
+            self._rs = (
+                TargetTable(
+                    tables.target, storage_options=storage_options, max_attempts=max_attempts
+                ),
+                StagingTable(
+                    tables.staging,
+                    target=tables.target,
+                    app_id=tables.app_id,
+                    storage_options=storage_options,
+                ),
+            )
+        self.reader: Literal["delta-rs", "spark"] = "delta-rs" if self._rs else "spark"
+        self.ledger = StagingLedger(tables.app_id)
+        self._target_through: int | None = None
+        self._target_committed: int | None = None
+        self._warned_mark: int | None = None
+
+    # -- the staging table -------------------------------------------------------------
+
+    def staging_props(self) -> dict[str, str] | None:
+        """The staging table's properties (ownership checked), ``None`` if absent."""
+        if self._rs is not None:
+            table = self._rs[1].open()  # checks the owner
+            return None if table is None else dict(table.metadata().configuration)
+        t = self.tables
+        try:
+            rows = self._sql.sql(f"SHOW TBLPROPERTIES {t.staging_ref}")
+        except Exception as exc:
+            if is_missing(exc):
+                return None
+            raise
+        props = {str(r[0]): str(r[1]) for r in rows}
+        target, app = props.get(PROP_TARGET), props.get(PROP_APP)
+        if target is None or app is None:
+            raise StagingOwnershipError(
+                f"{t.staging} is a Delta table that deltasink did not create (no "
+                f"{PROP_TARGET}/{PROP_APP} properties); refusing to use it as staging. "
+                "Choose another staging location.",
+                table=t.staging,
+                app_id=t.app_id,
+            )
+        if target != t.target or app != t.app_id:
+            raise StagingOwnershipError(
+                f"staging table {t.staging} belongs to target {target!r} and app {app!r}, "
+                f"not to target {t.target!r} and app {t.app_id!r}. Each (target, "
+                "app_id) needs its own staging table: pass another staging= location.",
+                table=t.staging,
+                app_id=t.app_id,
+            )
+        return props
+
+    def recorded_spec(self) -> MergeSpec | None:
+        """The MergeSpec recorded in the staging table, if any."""
+        props = self.staging_props()
+        text = None if props is None else props.get(PROP_SPEC)
+        return MergeSpec.from_json(text) if text else None
+
+    def staging_commits(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` staging commits, newest first."""
+        if self._rs is not None:
+            table = self._rs[1].open()
+            return [] if table is None else list(table.history(limit))
+        return self._sql.history(self.tables.staging_ref, limit)
+
+    def staging_schema(self) -> Any:
+        """The staging table's Spark schema."""
+        return self._sql.session().sql(f"SELECT * FROM {self.tables.staging_ref} LIMIT 0").schema
+
+    def partitions(self) -> tuple[StagedVersion, ...]:
+        """Staged versions that have data files (the staging table's partitions)."""
+        if self._rs is not None:
+            return self._rs[1].versions()
+        rows = self._sql.sql(
+            f"SELECT {quote(VERSION_COLUMN)} AS v, count(1) AS n, "
+            "unix_millis(min(_metadata.file_modification_time)) AS t "
+            f"FROM {self.tables.staging_ref} GROUP BY {quote(VERSION_COLUMN)}"
+        )
+        found = [
+            StagedVersion(
+                int(r["v"]), int(r["n"]), datetime.fromtimestamp(r["t"] / 1000, timezone.utc)
+            )
+            for r in rows
+        ]
+        return tuple(sorted(found, key=lambda s: s.version))
+
+    def read_ledger(self, committed: int | None) -> StagingLedger:
+        """The ledger, brought up to the staging table's latest commit."""
+        latest = self.staging_commits(1)
+        if not latest:
+            self.ledger = StagingLedger(self.tables.app_id)
+            return self.ledger
+        if self.ledger.through is not None and int(latest[0]["version"]) < self.ledger.through:
+            self.ledger = StagingLedger(self.tables.app_id)  # the table was recreated
+        fresh = new_commits(
+            self.staging_commits,
+            self.ledger.through,
+            lambda c: StagingLedger.stops_scan(c, self.tables.app_id, committed),
+        )
+        self.ledger.apply(fresh)
+        return self.ledger
+
+    def columns(self, version: int) -> tuple[str, ...]:
+        """The data columns ``version`` was staged with (its ``userMetadata``); the
+        staging table's data columns when that commit is out of reach."""
+        if self.ledger.through is None:
+            self.state()
+        columns = self.ledger.columns.get(version)
+        if columns is None:
+            skip = {VERSION_COLUMN, DELETE_COLUMN}
+            columns = tuple(n for n in self.staging_schema().names if n not in skip)
+        return columns
+
+    # -- the target ----------------------------------------------------------------------
+
+    def target_commits(self, limit: int | None) -> list[dict[str, Any]]:
+        """The newest ``limit`` target commits (all of them: ``None``), newest first."""
+        if self._rs is not None:
+            table = self._rs[0].open()
+            return [] if table is None else list(table.history(limit))
+        return self._sql.history(self.tables.target_ref, limit or 1_000_000)
+
+    def committed(self) -> int | None:
+        """The target's committed version: its ``txn`` through delta-rs, else the newest
+        deltasink commit of the app in ``DESCRIBE HISTORY`` (``None`` when none is found
+        in the recent history: Delta's ``txn`` check then skips re-applied versions)."""
+        app_id, ref = self.tables.app_id, self.tables.target_ref
+        if self._rs is not None:
+            return self._rs[0].committed_version(app_id)
+        latest = self._sql.history(ref, 1)
+        if not latest:
+            self._target_through = self._target_committed = None
+            return None
+        if self._target_through is not None and int(latest[0]["version"]) < self._target_through:
+            self._target_through = self._target_committed = None  # the table was recreated
+        fresh = new_commits(
+            lambda n: self._sql.history(ref, n),
+            self._target_through,
+            lambda c: bool(history_from_commits([c], app_id)),
+        )
+        for entry in history_from_commits(reversed(fresh), app_id):
+            if self._target_committed is None or entry.version > self._target_committed:
+                self._target_committed = entry.version
+        self._target_through = int(latest[0]["version"])
+        return self._target_committed
+
+    def target_exists(self) -> bool:
+        """Whether the target table exists yet."""
+        if self._rs is not None:
+            return self._rs[0].open() is not None
+        spark = self._sql.session()
+        if self.tables.target_in_catalog:
+            return bool(spark.catalog.tableExists(self.tables.target))
+        try:
+            spark.sql(f"SELECT * FROM {self.tables.target_ref} LIMIT 0").schema  # noqa: B018
+        except Exception as exc:
+            if is_missing(exc):
+                return False
+            raise
+        return True
+
+    def target_frame(self) -> Any | None:
+        """The target as a Spark DataFrame (for its schema), or ``None`` if absent."""
+        if not self.target_exists():
+            return None
+        return self._sql.session().sql(f"SELECT * FROM {self.tables.target_ref}")
+
+    # -- both ----------------------------------------------------------------------------
+
+    def state(self) -> LogState:
+        """The committed version and the staged versions, from the two logs.
+
+        Staged versions are the staging partitions plus the empty versions the staging
+        history records (Spark writes no file for an empty batch). A committed mark in
+        the staging table above the target's own marker wins (with a warning, once).
+        """
+        committed = self.committed()
+        props = self.staging_props()
+        if props is None:
+            return LogState(committed, ())
+        ledger = self.read_ledger(committed)
+        mark = ledger.mark
+        if self._rs is not None:
+            rs_mark = self._rs[1].committed_mark()
+            if rs_mark is not None and (mark is None or rs_mark > mark):
+                mark = rs_mark
+        if mark is not None and (committed is None or mark > committed):
+            if self._rs is not None and self._warned_mark != mark:
+                logger.warning(
+                    "app %r: the target %s records version %s as committed but the staging "
+                    "table saw %s committed; the target was rewritten or its txn markers "
+                    "expired. Versions ≤ %s are not applied again.",
+                    self.tables.app_id,
+                    self.tables.target,
+                    committed,
+                    mark,
+                    mark,
+                )
+                self._warned_mark = mark
+            committed = mark
+        parts = self.partitions()
+        have = {s.version for s in parts}
+        empties = [
+            StagedVersion(v, 0, at)
+            for v, at in ledger.empty.items()
+            if v not in have and (committed is None or v > committed)
+        ]
+        staged = tuple(sorted([*parts, *empties], key=lambda s: s.version))
+        quarantined = {int(v): r["reason"] for v, r in quarantine_records(props).items()}
+        return LogState(committed, staged, quarantined)

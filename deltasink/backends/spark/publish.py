@@ -1,0 +1,238 @@
+"""Publishing on Spark: the staged rows of one or more versions as one query
+(:func:`source_sql`), the ``MERGE INTO`` compiled from the embedded engine's
+:class:`~deltasink.merge.MergePlan` (:func:`merge_sql`), and :class:`TargetWriter`,
+which commits them to the target in ONE commit carrying ``txn(app_id, version)``: the
+SQL confs set around the MERGE, or the DataFrameWriter options for an append.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from deltasink import _faults
+from deltasink.batch import DELETE_COLUMN, quote
+from deltasink.errors import CommitError
+from deltasink.history import history_from_commits, user_metadata
+from deltasink.merge import compile_merge, key_ranges
+from deltasink.protocol import CommitResult
+from deltasink.sparkconf import delta_txn
+from deltasink.spec import MergeSpec
+from deltasink.staging import VERSION_COLUMN
+
+from .fencing import Fence
+from .logs import SparkLogs
+from .session import SparkSql, is_conflict
+from .tables import RANK_COLUMN, Tables, fill_select, struct
+
+__all__ = ["TargetWriter", "key_prune", "merge_sql", "source_sql"]
+
+logger = logging.getLogger("deltasink")
+
+#: Key types pruned by range: their bounds are literals that read the same in Spark SQL
+#: as in :func:`~deltasink.merge.key_ranges` (whose string literals are DataFusion's, and
+#: a string column's order may follow a collation).
+_PRUNABLE = ("byte", "short", "integer", "long", "date")
+
+
+def source_sql(
+    staging_ref: str, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec
+) -> str:
+    """The staged rows of ``versions`` as one query; several versions are coalesced
+    as :func:`deltasink.batch.coalesce` does (upsert: the latest row per key, by
+    ``sequence_by`` then version; insert: the earliest version's row)."""
+    cols = [quote(c) for c in columns]
+    if spec.delete_when:
+        cols.append(f"coalesce({quote(DELETE_COLUMN)}, false) AS {quote(DELETE_COLUMN)}")
+    listed = ", ".join(str(v) for v in versions)
+    where = f"{quote(VERSION_COLUMN)} IN ({listed})"
+    if len(versions) == 1 or spec.mode == "append":
+        return f"SELECT {', '.join(cols)} FROM {staging_ref} WHERE {where}"
+    order = (
+        [f"{quote(spec.sequence_by)} DESC"] if spec.mode == "upsert" and spec.sequence_by else []
+    )
+    order.append(f"{quote(VERSION_COLUMN)} {'DESC' if spec.mode == 'upsert' else 'ASC'}")
+    partition = ", ".join(quote(k) for k in spec.keys)
+    ranked = (
+        f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY {', '.join(order)}) "
+        f"AS {quote(RANK_COLUMN)} FROM {staging_ref} WHERE {where}"
+    )
+    return f"SELECT {', '.join(cols)} FROM ({ranked}) WHERE {quote(RANK_COLUMN)} = 1"
+
+
+def merge_sql(
+    target_ref: str,
+    spec: MergeSpec,
+    columns: Sequence[str],
+    source: str,
+    *,
+    prune: str | None = None,
+) -> str:
+    """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
+    :class:`~deltasink.merge.MergePlan` the embedded engine runs; ``prune`` (see
+    :func:`key_prune`) is added to its join condition."""
+    plan = compile_merge(spec, columns, has_delete=spec.delete_when is not None, prune=prune)
+    return plan.to_sql(target_ref, f"({source})")
+
+
+def key_prune(
+    spark: Any, staging_ref: str, versions: Sequence[int], keys: Sequence[str], target: Any
+) -> str | None:
+    """The embedded engine's key-range predicate (:func:`~deltasink.merge.key_ranges`)
+    for the staged rows of ``versions``, so the MERGE skips target files whose key
+    statistics cannot match: the bounds come from ONE aggregation over the staged
+    partitions. Only integer and date keys (in the target and the staging table).
+
+    Args:
+        spark: The session.
+        staging_ref: The staging table.
+        versions: The versions committed together.
+        keys: The merge keys.
+        target: The target's Spark schema (``StructType``).
+    """
+    types = {f.name: f.dataType.typeName() for f in target.fields}
+    prunable = [k for k in keys if types.get(k) in _PRUNABLE]
+    if not prunable:
+        return None
+    bounds = ", ".join(
+        f"min({quote(k)}) AS {quote(f'lo_{i}')}, max({quote(k)}) AS {quote(f'hi_{i}')}"
+        for i, k in enumerate(prunable)
+    )
+    listed = ", ".join(str(v) for v in versions)
+    row: pa.Table = spark.sql(
+        f"SELECT {bounds} FROM {staging_ref} WHERE {quote(VERSION_COLUMN)} IN ({listed})"
+    ).toArrow()
+    columns = {
+        k: pa.concat_arrays(
+            [row.column(f"lo_{i}").combine_chunks(), row.column(f"hi_{i}").combine_chunks()]
+        )
+        for i, k in enumerate(prunable)
+    }
+    staged = [
+        k for k, c in columns.items() if pa.types.is_integer(c.type) or pa.types.is_date(c.type)
+    ]
+    return key_ranges(pa.table(columns), staged) if staged else None
+
+
+class TargetWriter:
+    """Commits staged versions to the target through Spark, idempotently.
+
+    Args:
+        sql: The session.
+        logs: Reads the target's committed version and history.
+        fence: The writer's epoch, checked before each attempt.
+        tables: The writer's tables.
+        max_attempts: Attempts per commit when concurrent writers conflict.
+    """
+
+    def __init__(
+        self, sql: SparkSql, logs: SparkLogs, fence: Fence, tables: Tables, *, max_attempts: int
+    ) -> None:
+        self._sql = sql
+        self._logs = logs
+        self._fence = fence
+        self.tables = tables
+        self.max_attempts = max_attempts
+
+    def apply(
+        self, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec, rows: int
+    ) -> CommitResult:
+        """Commit ``versions`` (staged with ``columns``) in one commit carrying the
+        marker of the last; ``already_committed`` when the target's marker covers it.
+
+        Raises:
+            CommitError: The marker moved inside the coalesced ``versions``, or the
+                commit conflicted ``max_attempts`` times in a row.
+        """
+        t = self.tables
+        version = versions[-1]
+        for attempt in range(1, self.max_attempts + 1):
+            self._fence.check()
+            committed = self._logs.committed()
+            if committed is not None and committed >= version:
+                return CommitResult(version, "already_committed", rows=rows)
+            if committed is not None and committed >= versions[0]:
+                raise CommitError(
+                    f"the target's marker moved to {committed}, inside the coalesced "
+                    f"versions {list(versions)}",
+                    table=t.target,
+                    app_id=t.app_id,
+                    version=version,
+                )
+            start = time.perf_counter()
+            try:
+                self.apply_once(versions, columns, spec)
+            except Exception as exc:
+                if not is_conflict(exc):
+                    raise
+                if attempt == self.max_attempts:
+                    raise CommitError(
+                        f"the commit of version {version} into {t.target} conflicted with "
+                        f"concurrent writers {attempt} times in a row (last: {exc}). Retry "
+                        "later (recover()), or reduce concurrent writes to the table.",
+                        table=t.target,
+                        app_id=t.app_id,
+                        version=version,
+                    ) from exc
+                delay = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
+                logger.info("commit of version %s conflicted (%s); retrying", version, exc)
+                time.sleep(delay)
+                continue
+            return self.result(version, rows, time.perf_counter() - start)
+        raise AssertionError("unreachable")
+
+    def apply_once(self, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec) -> None:
+        """One attempt, without checking the marker first: Delta's own ``txn`` check
+        skips the commit when the target's marker already covers the version."""
+        t = self.tables
+        version = versions[-1]
+        metadata = user_metadata("commit", t.app_id, version, versions)
+        source = source_sql(t.staging_ref, versions, columns, spec)
+        spark = self._sql.session()
+        target = self._logs.target_frame()
+        _faults.point("publish.before_target_commit", versions=list(versions))
+        if target is None or spec.mode == "append":
+            frame = spark.sql(source)
+            if spec.delete_when:
+                frame = frame.where(f"NOT {quote(DELETE_COLUMN)}").drop(DELETE_COLUMN)
+            options = {"mergeSchema": "true"} if spec.schema_evolution else {}
+            if target is not None:  # every target column, NULL where the batch has none
+                select = fill_select(target.schema.fields, frame.columns)
+                select += [quote(c) for c in frame.columns if c not in set(target.columns)]
+                frame = frame.selectExpr(*select)
+            self._sql.write(
+                frame, t.target, txn=(t.app_id, version), user_metadata=metadata, options=options
+            )
+        else:
+            if spec.schema_evolution:
+                staged = spark.sql(source).schema
+                wanted = struct([f for f in staged.fields if f.name in set(columns)])
+                self._sql.add_columns(t.target_ref, wanted, target.columns)
+            prune = key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
+            statement = merge_sql(t.target_ref, spec, columns, source, prune=prune)
+            with delta_txn(spark, t.app_id, version, user_metadata=metadata):
+                spark.sql(statement).collect()
+        _faults.point("publish.after_target_commit")
+
+    def result(self, version: int, rows: int, seconds: float) -> CommitResult:
+        """The result of a target commit, from the target's history: when no commit of
+        this version is found, Delta skipped it as already applied (another writer)."""
+        entries = history_from_commits(self._logs.target_commits(32), self.tables.app_id)
+        entry = next((e for e in entries if e.version == version), None)
+        if entry is None:
+            return CommitResult(version, "already_committed", rows=rows, duration_s=seconds)
+        return CommitResult(
+            version,
+            "committed",
+            rows=rows,
+            target_version=entry.target_version,
+            rows_inserted=entry.rows_inserted,
+            rows_updated=entry.rows_updated,
+            rows_deleted=entry.rows_deleted,
+            duration_s=seconds,
+        )

@@ -1,0 +1,159 @@
+"""The Spark session as the Spark backend uses it: statements run with Delta's ``txn``
+confs scoped around them (:mod:`deltasink.sparkconf`), DataFrameWriter commits tagged
+``txn(app_id, version)``, ``DESCRIBE HISTORY`` as dicts, table properties and columns
+altered, and which Spark errors mean a concurrency conflict or a missing table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from deltasink.backends import is_catalog_name
+from deltasink.errors import ConfigurationError
+from deltasink.history import user_metadata
+from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA, session_conf
+
+from .tables import Tables, ddl_columns, props_sql, struct
+
+__all__ = ["SparkSql", "is_conflict", "is_missing"]
+
+_CONFLICT = re.compile(
+    r"Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException|"
+    r"DELTA_CONCURRENT_\w+|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
+)
+_MISSING = re.compile(
+    r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_NOT_FOUND|TABLE_OR_VIEW_NOT_FOUND|PATH_NOT_FOUND|"
+    r"is not a Delta table|does not exist|doesn't exist|Table or view not found",
+    re.IGNORECASE,
+)
+
+
+def _matches(exc: BaseException, pattern: re.Pattern[str]) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if pattern.search(f"{type(seen).__name__}: {seen}"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Delta optimistic-concurrency conflict (worth retrying)."""
+    return _matches(exc, _CONFLICT)
+
+
+def is_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` says the table does not exist (yet)."""
+    return _matches(exc, _MISSING)
+
+
+class SparkSql:
+    """Runs the backend's statements and writes on one Spark session.
+
+    Args:
+        spark: The session, or ``None``: the first batch's own session, else the
+            active one (looked up on first use).
+        tables: The writer's tables (for messages and commit metadata).
+    """
+
+    def __init__(self, spark: Any, tables: Tables) -> None:
+        self._spark = spark
+        self.tables = tables
+
+    def session(self, df: Any = None) -> Any:
+        """The session; without one yet, ``df``'s session or the active one.
+
+        Raises:
+            ConfigurationError: No session was given and none is active.
+        """
+        if self._spark is None:
+            if df is not None and hasattr(df, "sparkSession"):
+                self._spark = df.sparkSession
+                return self._spark
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            if active is None:
+                raise ConfigurationError(
+                    "the spark engine needs a Spark session: pass DeltaSink(..., spark=spark) "
+                    "or create one first (a Delta-enabled session, or Databricks).",
+                    table=self.tables.target,
+                    app_id=self.tables.app_id,
+                )
+            self._spark = active
+        return self._spark
+
+    def sql(self, statement: str, *, user_metadata: str | None = None) -> list[Any]:
+        """Run one statement with the txn confs unset (a leftover from other code must
+        not make Delta skip it) and ``userMetadata`` as given."""
+        spark = self.session()
+        settings = {TXN_APP_ID: None, TXN_VERSION: None, USER_METADATA: user_metadata}
+        with session_conf(spark, settings):
+            rows: list[Any] = spark.sql(statement).collect()
+        return rows
+
+    def write(
+        self,
+        frame: Any,
+        ref_location: str,
+        *,
+        txn: tuple[str, int],
+        user_metadata: str,
+        mode: str = "append",
+        options: Mapping[str, str] | None = None,
+    ) -> None:
+        """One DataFrameWriter commit tagged ``txn`` (skipped by Delta when the table's
+        ``txn`` version for that app is already ≥ it)."""
+        writer = (
+            frame.write.format("delta")
+            .mode(mode)
+            .option("txnAppId", txn[0])
+            .option("txnVersion", str(txn[1]))
+            .option("userMetadata", user_metadata)
+        )
+        for key, value in (options or {}).items():
+            writer = writer.option(key, value)
+        with session_conf(self.session(), {TXN_APP_ID: None, TXN_VERSION: None}):
+            if is_catalog_name(ref_location):
+                writer.saveAsTable(ref_location)
+            else:
+                writer.save(ref_location)
+
+    def history(self, ref: str, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` commits of a table via ``DESCRIBE HISTORY``, as dicts
+        (timestamps in epoch milliseconds, whatever the session time zone); ``[]`` for
+        a table that does not exist."""
+        try:
+            frame = self.session().sql(f"DESCRIBE HISTORY {ref} LIMIT {int(limit)}")
+        except Exception as exc:
+            if is_missing(exc):
+                return []
+            raise
+        rows = frame.selectExpr(
+            "version",
+            "unix_millis(timestamp) AS timestamp",
+            "operation",
+            "operationMetrics",
+            "userMetadata",
+        ).collect()
+        return [row.asDict(recursive=True) for row in rows]
+
+    def set_props(self, ref: str, props: Mapping[str, str], metadata: str) -> None:
+        """``ALTER TABLE ... SET TBLPROPERTIES``: a metadata commit, which Delta makes
+        conflict with every concurrent commit to the table."""
+        self.sql(
+            f"ALTER TABLE {ref} SET TBLPROPERTIES ({props_sql(props)})", user_metadata=metadata
+        )
+
+    def add_columns(self, ref: str, schema: Any, have: Iterable[str]) -> None:
+        """``ALTER TABLE ... ADD COLUMNS`` for the fields of ``schema`` not in ``have``
+        (a metadata commit of its own; harmless if the next step fails)."""
+        present = {name.lower() for name in have}
+        new = [f for f in schema.fields if f.name.lower() not in present]
+        if new:
+            self.sql(
+                f"ALTER TABLE {ref} ADD COLUMNS ({ddl_columns(struct(new))})",
+                user_metadata=user_metadata("add-columns", self.tables.app_id, None),
+            )

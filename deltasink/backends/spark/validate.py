@@ -1,0 +1,178 @@
+"""Validating a batch on Spark before anything is staged: the embedded engine's checks
+and named errors (:func:`deltasink.batch.prepare`), with the row-level ones run as one
+Spark aggregation, so no row reaches the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from deltasink.batch import (
+    DELETE_COLUMN,
+    check_required,
+    collect,
+    delete_expr,
+    is_spark_dataframe,
+    prepare,
+    quote,
+)
+from deltasink.errors import DuplicateKeyError, KeyColumnError, SchemaMismatchError
+from deltasink.spec import MergeSpec
+
+from .session import SparkSql
+from .tables import RANK_COLUMN, ddl_type
+
+__all__ = ["PreparedFrame", "as_dataframe", "prepare_frame", "require_dataframe"]
+
+_ROW = "_deltasink_row"
+
+
+@dataclass(frozen=True)
+class PreparedFrame:
+    """A validated batch, shaped for staging (still lazy: nothing is written).
+
+    Attributes:
+        frame: The staged form: target types, one row per key, the delete flag last.
+        columns: Its data columns (without the delete flag).
+        rows: Rows it holds.
+    """
+
+    frame: Any
+    columns: tuple[str, ...]
+    rows: int
+
+
+def as_dataframe(batch: object, sql: SparkSql) -> Any:
+    """``batch`` as a Spark DataFrame: Arrow data is created on the session; anything
+    else is returned as it is (see :func:`require_dataframe`)."""
+    if isinstance(batch, pa.RecordBatch | pa.RecordBatchReader):
+        batch = (
+            pa.Table.from_batches([batch])
+            if isinstance(batch, pa.RecordBatch)
+            else batch.read_all()
+        )
+    if isinstance(batch, pa.Table):
+        return sql.session().createDataFrame(batch)
+    return batch
+
+
+def require_dataframe(df: Any) -> Any:
+    """``df`` if it is a Spark DataFrame; else the named error :func:`collect` raises."""
+    if not is_spark_dataframe(df):
+        collect(df, MergeSpec(mode="append"))  # raises InvalidInputError for the type
+    return df
+
+
+def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -> PreparedFrame:
+    """Validate a Spark DataFrame as :func:`deltasink.batch.prepare` validates Arrow, on
+    Spark, raising the same named errors, in the same order, with the same messages.
+
+    Schema checks run on a zero-row Arrow form of the batch (the embedded engine's own
+    code); null, NOT NULL and duplicate-key checks run as ONE Spark aggregation; with
+    ``sequence_by`` the latest row per key is kept by a window (ties: the later row in
+    the DataFrame's order). No row reaches the driver.
+
+    Args:
+        df: The batch (classic or Spark Connect).
+        spec: The merge spec.
+        target: The target as a Spark DataFrame (its schema is used), or ``None`` if it
+            does not exist yet.
+        table: The target's name, for messages.
+
+    Raises:
+        InvalidInputError: As :func:`~deltasink.batch.prepare`, plus a bad
+            ``delete_when``.
+    """
+    zero = collect(df.limit(0), spec)  # names; delete_when evaluated by the df's session
+    check_required(zero, spec)  # missing key / sequence_by columns
+    target_arrow: pa.Schema | None = None if target is None else target.limit(0).toArrow().schema
+    frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
+    not_null = [
+        f.name
+        for f in (target_arrow or [])
+        if not f.nullable and f.name in zero.column_names and f.name != DELETE_COLUMN
+    ]
+    stats = _batch_stats(frame, spec, not_null)
+    for i, name in enumerate(spec.required_columns):
+        if stats[f"null_{i}"]:
+            role = "sequence_by" if name == spec.sequence_by else "key"
+            raise KeyColumnError(
+                f"{role} column {name!r} is null in {stats[f'null_{i}']} row(s) of the batch; "
+                f"every row needs a {role}. Filter or fill them in the job.",
+                column=name,
+            )
+    staged = prepare(zero, spec, target_arrow, target=table)  # types, unknown columns
+    for i, name in enumerate(not_null):
+        if stats[f"notnull_{i}"]:
+            raise SchemaMismatchError(
+                f"column {name!r} is NOT NULL in target {table} but {stats[f'notnull_{i}']} "
+                "row(s) of the batch are null. Fill or filter them in the job.",
+                table=table,
+                column=name,
+            )
+    rows = stats["n"]
+    if spec.keys:
+        if spec.sequence_by:
+            frame = _latest_per_key(frame, spec.keys, spec.sequence_by)
+            rows = stats["keys"]
+        elif stats["keys"] != stats["n"]:
+            _raise_duplicates(frame, spec.keys, stats["n"] - stats["keys"])
+    columns = tuple(c for c in staged.column_names if c != DELETE_COLUMN)
+    target_types = {} if target is None else {f.name: f.dataType for f in target.schema.fields}
+    batch_types = {f.name: f.dataType for f in frame.schema.fields}
+    select = []
+    for name in columns:
+        wanted = target_types.get(name)
+        if wanted is not None and ddl_type(wanted) != ddl_type(batch_types[name]):
+            select.append(f"CAST({quote(name)} AS {ddl_type(wanted)}) AS {quote(name)}")
+        else:
+            select.append(quote(name))
+    if spec.delete_when:
+        select.append(quote(DELETE_COLUMN))
+    return PreparedFrame(frame.selectExpr(*select), columns, int(rows))
+
+
+def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[str, int]:
+    exprs = ["count(1) AS `n`"]
+    for i, name in enumerate(spec.required_columns):
+        exprs.append(f"sum(CASE WHEN {quote(name)} IS NULL THEN 1 ELSE 0 END) AS `null_{i}`")
+    live = f" AND NOT {quote(DELETE_COLUMN)}" if spec.delete_when else ""
+    for i, name in enumerate(not_null):
+        exprs.append(
+            f"sum(CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END) AS `notnull_{i}`"
+        )
+    if spec.keys:
+        exprs.append(f"count(DISTINCT {', '.join(quote(k) for k in spec.keys)}) AS `keys`")
+    row = frame.selectExpr(*exprs).collect()[0].asDict()
+    return {k: int(v or 0) for k, v in row.items()}
+
+
+def _latest_per_key(frame: Any, keys: Sequence[str], sequence_by: str) -> Any:
+    partition = ", ".join(quote(k) for k in keys)
+    return (
+        frame.selectExpr("*", f"monotonically_increasing_id() AS {quote(_ROW)}")
+        .selectExpr(
+            "*",
+            f"row_number() OVER (PARTITION BY {partition} ORDER BY {quote(sequence_by)} DESC, "
+            f"{quote(_ROW)} DESC) AS {quote(RANK_COLUMN)}",
+        )
+        .where(f"{quote(RANK_COLUMN)} = 1")
+        .drop(RANK_COLUMN, _ROW)
+    )
+
+
+def _raise_duplicates(frame: Any, keys: Sequence[str], extra: int) -> None:
+    counted = frame.groupBy(*keys).count().where("`count` > 1")
+    dup = counted.selectExpr("count(1) AS n").collect()[0]["n"]
+    example = counted.limit(1).collect()[0].asDict()
+    times = example.pop("count")
+    raise DuplicateKeyError(
+        f"{dup} key(s) appear more than once in the batch, e.g. {example} ({times} times). "
+        "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row "
+        "per key.",
+        column=keys[0],
+    )
