@@ -45,8 +45,9 @@ The modules, one concept each:
 from __future__ import annotations
 
 from .backend import SparkBackend
+from .ledger import StagingLedger
 from .logs import LogReader
 from .tables import ddl_type, table_ref
 from .validate import prepare_frame
 
-__all__ = ["LogReader", "SparkBackend", "ddl_type", "prepare_frame", "table_ref"]
+__all__ = ["LogReader", "SparkBackend", "StagingLedger", "ddl_type", "prepare_frame", "table_ref"]
