@@ -43,7 +43,8 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
 from deltasink.deltalog import arrow_schema, commit_properties, now_ms, plain, refresh
-from deltasink.errors import CommitError, FencedError, StagingOwnershipError, StorageError
+from deltasink.errors import CommitError, FencedError, StorageError
+from deltasink.guards import PROP_APP, PROP_TARGET, check_owner
 from deltasink.protocol import DiscardReason, StagedVersion
 from deltasink.spec import MergeSpec
 
@@ -53,8 +54,6 @@ logger = logging.getLogger("deltasink")
 
 VERSION_COLUMN = "_deltasink_version"
 FORMAT = "1"
-PROP_TARGET = "deltasink.target"
-PROP_APP = "deltasink.appId"
 PROP_FORMAT = "deltasink.format"
 PROP_SPEC = "deltasink.mergeSpec"
 PROP_EPOCH = "deltasink.epoch"
@@ -121,23 +120,7 @@ class StagingTable:
 
     def _check_owner(self, table: DeltaTable) -> None:
         config = table.metadata().configuration
-        target, app = config.get(PROP_TARGET), config.get(PROP_APP)
-        if target is None or app is None:
-            raise StagingOwnershipError(
-                f"{self.uri} is a Delta table that deltasink did not create (no "
-                f"{PROP_TARGET}/{PROP_APP} properties); refusing to use it as staging. "
-                "Choose another staging location.",
-                table=self.uri,
-                app_id=self.app_id,
-            )
-        if target != self.target or app != self.app_id:
-            raise StagingOwnershipError(
-                f"staging table {self.uri} belongs to target {target!r} and app {app!r}, "
-                f"not to target {self.target!r} and app {self.app_id!r}. Each (target, "
-                "app_id) needs its own staging table: pass another staging= location.",
-                table=self.uri,
-                app_id=self.app_id,
-            )
+        check_owner(config, staging=self.uri, target=self.target, app_id=self.app_id)
 
     def versions(self) -> tuple[StagedVersion, ...]:
         """Every staged version, ascending, with its row count and staging time."""

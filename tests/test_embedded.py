@@ -13,7 +13,8 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from deltasink import DeltaSink, InvalidVersionError, MergeSpec, __version__
-from deltasink.staging import PROP_APP, PROP_SPEC, PROP_TARGET
+from deltasink.guards import PROP_APP, PROP_TARGET
+from deltasink.staging import PROP_SPEC
 from tests import support
 
 SCHEMA = "id long, value string, ts long"

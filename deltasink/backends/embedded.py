@@ -19,6 +19,7 @@ from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, coalesce, collect, prepare
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import CommitError, ConfigurationError
+from deltasink.guards import MarkGuard, refuse_spec_change
 from deltasink.history import HistoryEntry, history_from_commits, previous_rows
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.spec import MergeSpec
@@ -63,7 +64,7 @@ class EmbeddedBackend:
         self.app_id = app_id
         self._spec = spec
         self._epoch: int | None = None
-        self._warned_mark: int | None = None
+        self._guard = MarkGuard(app_id, target.uri)
         # The last staged batch, kept so that write() publishes without re-reading it.
         self._last: tuple[int, pa.Table] | None = None
 
@@ -128,39 +129,23 @@ class EmbeddedBackend:
     # -- Participant -------------------------------------------------------------------
 
     def read_state(self) -> LogState:
-        committed = self.target.committed_version(self.app_id)
-        mark = self.staging.committed_mark()
-        if mark is not None and (committed is None or mark > committed):
-            if self._warned_mark != mark:
-                logger.warning(
-                    "app %r: the target %s records version %s as committed but the "
-                    "staging table saw %s committed; the target was rewritten or its txn "
-                    "markers expired (delta.setTransactionRetentionDuration). Versions ≤ "
-                    "%s are not applied again.",
-                    self.app_id,
-                    self.target.uri,
-                    committed,
-                    mark,
-                    mark,
-                )
-                self._warned_mark = mark
-            committed = mark
+        committed = self._guard.committed(
+            self.target.committed_version(self.app_id), self.staging.committed_mark()
+        )
         return LogState(committed, self.staging.versions(), self.staging.quarantined())
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         spec = self.spec_for_new_versions()
         recorded = self.staging.recorded_spec()
         if recorded is not None and recorded != spec:
-            pending = self.read_state().pending
-            if pending:
-                raise ConfigurationError(
-                    f"versions {[s.version for s in pending]} of app {self.app_id!r} were "
-                    f"staged with {recorded} and are not committed yet; commit or recover "
-                    f"them (or abort them) before staging with {spec}.",
-                    table=self.target.uri,
-                    app_id=self.app_id,
-                    version=version,
-                )
+            refuse_spec_change(
+                recorded,
+                spec,
+                self.read_state().pending,
+                app_id=self.app_id,
+                table=self.target.uri,
+                version=version,
+            )
         data = self._prepare(batch, spec)
         self._forget_epoch_if_staging_vanished()
         if self._epoch is None:

@@ -15,6 +15,7 @@ from deltasink import _faults
 from deltasink.batch import quote
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import CommitError, ConfigurationError
+from deltasink.guards import refuse_spec_change
 from deltasink.history import HistoryEntry, history_from_commits, previous_rows, user_metadata
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.sparkconf import session_conf
@@ -163,16 +164,14 @@ class SparkBackend:
         spec = self.spec_for_new_versions()
         recorded = self.recorded_spec()
         if recorded is not None and recorded != spec:
-            pending = self.read_state().pending
-            if pending:
-                raise ConfigurationError(
-                    f"versions {[s.version for s in pending]} of app {self.app_id!r} were "
-                    f"staged with {recorded} and are not committed yet; commit or recover "
-                    f"them (or abort them) before staging with {spec}.",
-                    table=self.target,
-                    app_id=self.app_id,
-                    version=version,
-                )
+            refuse_spec_change(
+                recorded,
+                spec,
+                self.read_state().pending,
+                app_id=self.app_id,
+                table=self.target,
+                version=version,
+            )
         prepared = self._prepare(batch, spec)
         if self._logs.staging_props() is None:
             self._staging_writer.create(prepared, spec)

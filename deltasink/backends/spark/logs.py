@@ -16,15 +16,14 @@ from typing import Any, Literal
 
 from deltasink.batch import DELETE_COLUMN, quote
 from deltasink.deltalog import is_local
-from deltasink.errors import ConfigurationError, StagingOwnershipError
+from deltasink.errors import ConfigurationError
+from deltasink.guards import MarkGuard, check_owner
 from deltasink.history import history_from_commits
 from deltasink.protocol import LogState, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.staging import (
-    PROP_APP,
     PROP_QUARANTINE,
     PROP_SPEC,
-    PROP_TARGET,
     VERSION_COLUMN,
     StagingTable,
 )
@@ -108,7 +107,7 @@ class SparkLogs:
         self.ledger = StagingLedger(tables.app_id)
         self._target_through: int | None = None
         self._target_committed: int | None = None
-        self._warned_mark: int | None = None
+        self._guard = MarkGuard(tables.app_id, tables.target)
 
     # -- the staging table -------------------------------------------------------------
 
@@ -125,23 +124,7 @@ class SparkLogs:
                 return None
             raise
         props = {str(r[0]): str(r[1]) for r in rows}
-        target, app = props.get(PROP_TARGET), props.get(PROP_APP)
-        if target is None or app is None:
-            raise StagingOwnershipError(
-                f"{t.staging} is a Delta table that deltasink did not create (no "
-                f"{PROP_TARGET}/{PROP_APP} properties); refusing to use it as staging. "
-                "Choose another staging location.",
-                table=t.staging,
-                app_id=t.app_id,
-            )
-        if target != t.target or app != t.app_id:
-            raise StagingOwnershipError(
-                f"staging table {t.staging} belongs to target {target!r} and app {app!r}, "
-                f"not to target {t.target!r} and app {t.app_id!r}. Each (target, "
-                "app_id) needs its own staging table: pass another staging= location.",
-                table=t.staging,
-                app_id=t.app_id,
-            )
+        check_owner(props, staging=t.staging, target=t.target, app_id=t.app_id)
         return props
 
     def recorded_spec(self) -> MergeSpec | None:
@@ -278,19 +261,9 @@ class SparkLogs:
             rs_mark = self._rs[1].committed_mark()
             if rs_mark is not None and (mark is None or rs_mark > mark):
                 mark = rs_mark
-        if mark is not None and (committed is None or mark > committed):
-            if self._rs is not None and self._warned_mark != mark:
-                logger.warning(
-                    "app %r: the target %s records version %s as committed but the staging "
-                    "table saw %s committed; the target was rewritten or its txn markers "
-                    "expired. Versions ≤ %s are not applied again.",
-                    self.tables.app_id,
-                    self.tables.target,
-                    committed,
-                    mark,
-                    mark,
-                )
-                self._warned_mark = mark
+        if self._rs is not None:  # the target's own marker was read: warn on a gap
+            committed = self._guard.committed(committed, mark)
+        elif mark is not None and (committed is None or mark > committed):
             committed = mark
         parts = self.partitions()
         have = {s.version for s in parts}

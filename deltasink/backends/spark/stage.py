@@ -12,17 +12,16 @@ from datetime import datetime, timezone
 
 from deltasink import _faults
 from deltasink.batch import quote
+from deltasink.guards import PROP_APP, PROP_TARGET
 from deltasink.history import user_metadata
 from deltasink.protocol import DiscardReason, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.staging import (
     FORMAT,
-    PROP_APP,
     PROP_EPOCH,
     PROP_FORMAT,
     PROP_QUARANTINE,
     PROP_SPEC,
-    PROP_TARGET,
     VERSION_COLUMN,
 )
 
