@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from deltasink import checks, hooks
 from deltasink._version import __version__
+from deltasink.committables import CommitReport, CommitResult, Committable, StagedVersion
 from deltasink.engine import embedded_spark
 from deltasink.errors import (
     AlreadyCommittedError,
@@ -32,7 +33,6 @@ from deltasink.errors import (
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.history import HistoryEntry
-from deltasink.protocol import CommitReport, CommitResult, Committable, StagedVersion
 from deltasink.sink import DeltaSink, SinkStatus
 from deltasink.spec import MergeSpec
 from deltasink.staging import GcResult

@@ -1,0 +1,207 @@
+"""The values of the two-phase commit: what is staged, what a commit did, and the
+handle ``pre_commit`` returns. Engine-free, frozen, and safe to keep."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from deltasink.errors import InvalidVersionError
+
+__all__ = [
+    "MAX_VERSION",
+    "CommitReport",
+    "CommitResult",
+    "Committable",
+    "CommittableState",
+    "LogState",
+    "Outcome",
+    "Progress",
+    "StagedVersion",
+    "check_version",
+]
+
+#: Largest version Delta's ``txnVersion`` (a signed 64-bit long) can hold.
+MAX_VERSION = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class StagedVersion:
+    """One pre-committed version as recorded by the participant.
+
+    Attributes:
+        version: The batch version (Delta ``txnVersion``).
+        rows: Number of staged rows.
+        staged_at: When the version was staged (timezone-aware, UTC).
+    """
+
+    version: int
+    rows: int
+    staged_at: datetime
+
+
+@dataclass(frozen=True)
+class LogState:
+    """The durable state of one writer, as derived from the participant's logs.
+
+    Attributes:
+        committed_version: The target's committed version for the app, or ``None``.
+        staged: Every version still present in staging, ascending. Versions ≤
+            ``committed_version`` are committed but not yet cleaned up.
+        quarantined: Staged versions that failed a pre-commit check, with the reason;
+            they and every later version wait until they are aborted or re-staged.
+    """
+
+    committed_version: int | None
+    staged: tuple[StagedVersion, ...] = ()
+    quarantined: Mapping[int, str] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> tuple[StagedVersion, ...]:
+        """Staged versions greater than the committed one, ascending."""
+        return tuple(s for s in self.staged if not self.is_committed(s.version))
+
+    @property
+    def leftovers(self) -> tuple[StagedVersion, ...]:
+        """Staged versions that are already committed (their staging data is garbage)."""
+        return tuple(s for s in self.staged if self.is_committed(s.version))
+
+    def is_committed(self, version: int) -> bool:
+        """Whether the target's marker covers ``version``."""
+        return self.committed_version is not None and version <= self.committed_version
+
+    def find(self, version: int) -> StagedVersion | None:
+        """The staged entry for ``version``, if any."""
+        return next((s for s in self.staged if s.version == version), None)
+
+
+Outcome = Literal["committed", "already_committed", "abandoned", "quarantined"]
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What happened to one version (or one coalesced run of versions) during
+    ``commit`` or ``recover``.
+
+    These are values the caller can branch on (Flink's ``CommitRequest`` signals):
+    ``committed`` (applied now), ``already_committed`` (a replay; nothing changed),
+    ``abandoned`` (given up after the transaction timeout; its rows were not applied),
+    ``quarantined`` (a pre-commit check failed: the version stays staged, is not
+    applied, and later versions wait behind it until it is aborted or re-staged).
+
+    Attributes:
+        version: The batch version.
+        outcome: See above.
+        rows: Rows the staged version held.
+        target_version: The target's Delta table version holding the commit, if known.
+        rows_inserted: Target rows inserted, when the engine reports it.
+        rows_updated: Target rows updated, when the engine reports it.
+        rows_deleted: Target rows deleted, when the engine reports it.
+        duration_s: Wall time of the publish step, in seconds.
+        message: Why a version was abandoned, or other detail.
+        versions: Every version this one target commit applied, ascending, when
+            several pending versions were coalesced into it (``version`` is the
+            highest); empty for a single version.
+    """
+
+    version: int
+    outcome: Outcome
+    rows: int = 0
+    target_version: int | None = None
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
+    duration_s: float = 0.0
+    message: str | None = None
+    versions: tuple[int, ...] = ()
+
+    @property
+    def all_versions(self) -> tuple[int, ...]:
+        """The versions this result covers (``versions``, or just ``version``)."""
+        return self.versions or (self.version,)
+
+
+@dataclass(frozen=True)
+class CommitReport:
+    """The result of one ``commit(n)`` or ``recover()`` call.
+
+    Attributes:
+        app_id: The writer.
+        results: One entry per version handled, in the order handled.
+        committed_version: The target's committed version after the call.
+        cleaned_versions: Committed versions whose staging data was removed.
+    """
+
+    app_id: str
+    results: tuple[CommitResult, ...] = ()
+    committed_version: int | None = None
+    cleaned_versions: tuple[int, ...] = ()
+
+    @property
+    def committed_versions(self) -> list[int]:
+        """Versions applied to the target by this call (coalesced ones included)."""
+        return [v for r in self.results if r.outcome == "committed" for v in r.all_versions]
+
+    @property
+    def abandoned_versions(self) -> list[int]:
+        """Versions given up after the transaction timeout."""
+        return [r.version for r in self.results if r.outcome == "abandoned"]
+
+    @property
+    def quarantined_versions(self) -> list[int]:
+        """The quarantined version that stopped this call (at most one)."""
+        return [r.version for r in self.results if r.outcome == "quarantined"]
+
+
+Progress = Callable[[CommitResult], None]
+
+CommittableState = Literal["staged", "restaged", "duplicate", "already_committed"]
+
+
+@dataclass(frozen=True)
+class Committable:
+    """The handle ``pre_commit`` returns: a durably staged version (Flink's committable).
+
+    Attributes:
+        app_id: The writer.
+        version: The staged version.
+        rows: Rows staged for it (0 when nothing was staged now).
+        staged_at: When it was staged, or ``None`` when nothing is staged.
+        state: ``"staged"`` (staged by this call), ``"restaged"`` (it was quarantined
+            and this call replaced its staged data), ``"duplicate"`` (it was already
+            staged: nothing written), ``"already_committed"`` (it is already in the
+            target: nothing written).
+    """
+
+    app_id: str
+    version: int
+    rows: int
+    staged_at: datetime | None
+    state: CommittableState
+
+
+def check_version(version: object, *, what: str = "version") -> int:
+    """Return ``version`` as an int, or raise :class:`InvalidVersionError`.
+
+    Args:
+        version: The candidate; ints (and integral numbers such as NumPy ints) are
+            accepted, bools and everything else are not.
+        what: The argument's name, for the message.
+
+    Raises:
+        InvalidVersionError: Not an integer, negative, or beyond a Delta ``long``.
+    """
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        raise InvalidVersionError(
+            f"{what} must be an int ≥ 0 (a foreachBatch batch_id, a run number or a "
+            f"yyyymmdd date), got {version!r} of type {type(version).__name__}."
+        )
+    value = int(version)
+    if not 0 <= value <= MAX_VERSION:
+        raise InvalidVersionError(
+            f"{what} must be between 0 and {MAX_VERSION}, got {value}.", version=value
+        )
+    return value
