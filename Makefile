@@ -36,7 +36,8 @@ fmt: $(STAMP)
 
 check: lint test
 
-# Benchmarks: `make bench` (about 20 min; writes docs/benchmarks.md and .png), or
+# Benchmarks: `make bench` (about 15-20 min once bench/out/cache holds P4's 10,000-batch
+# history; the first run builds it, over an hour; writes docs/benchmarks.md and .png), or
 # `make bench BENCH_ARGS=--quick` (under 2 min; writes bench/out/benchmarks-quick.md).
 bench: $(STAMP)
 	$(PY) -m bench.run $(BENCH_ARGS)

@@ -1,0 +1,431 @@
+"""Render a results dict (see :mod:`bench.run`) as the Markdown report."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from bench.common import fmt_rows
+
+__all__ = ["goals", "render"]
+
+Row = list[str]
+
+_SIDES = {
+    "sink": "deltasink `sink.write(batch)` (steady-state sink)",
+    "sink_first": "deltasink, first write of a new sink (creates staging, claims epoch)",
+    "bare": "**bare delta-rs MERGE** (default options) — the baseline",
+    "bare_pruned": "delta-rs MERGE with `streamed_exec=False` (prunes files by key range)",
+    "parquet_batch": "physical: `pyarrow.parquet.write_table(batch)`",
+    "parquet_output": "physical: `write_table` of as many rows as the MERGE wrote",
+}
+
+
+def fmt_s(seconds: float) -> str:
+    """``0.1234`` -> ``123 ms``; ``12.3`` -> ``12.3 s``."""
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
+    return f"{seconds:.3g} s"
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def cell(stat: dict[str, Any]) -> str:
+    """``median [min-max]``."""
+    return f"{fmt_s(stat['median'])} [{fmt_s(stat['min'])}-{fmt_s(stat['max'])}]"
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _table(header: Row, rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _mark(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def _p5_summary(p5: dict[str, Any]) -> dict[str, dict[str, float]]:
+    out = {}
+    for name, runs in p5["runs"].items():
+        costs = [r["peak_rss"] - r["baseline_rss"] for r in runs]
+        out[name] = {
+            "baseline": statistics.median(r["baseline_rss"] for r in runs),
+            "peak": statistics.median(r["peak_rss"] for r in runs),
+            "cost": statistics.median(costs),
+            "cost_min": min(costs),
+            "cost_max": max(costs),
+            "ratio": statistics.median(costs) / p5["arrow_bytes"],
+            "seconds": statistics.median(r["seconds"] for r in runs),
+        }
+    return out
+
+
+def goals(results: dict[str, Any]) -> list[Row]:
+    """The goal table: what, goal, measured, verdict."""
+    s = results["sections"]
+    rows: list[Row] = []
+    if "p1" in s:
+        for layout, case in s["p1"].items():
+            r = case["ratio"]["sink"]
+            what = (
+                f"P1 overhead, {fmt_rows(case['target_rows'])} target, "
+                f"{fmt_rows(case['batch_rows'])} batch, {layout} keys"
+            )
+            verdict = _mark(r <= 1.15) + (" (stretch met)" if r < 1.0 else "")
+            rows.append([what, "≤ 1.15x bare MERGE (stretch < 1.0x)", _x(r), verdict])
+    if "p2" in s:
+        p2 = s["p2"]
+        rows.append(
+            [
+                f"P2 one `commit()` of {p2['batches']} pending {fmt_rows(p2['batch_rows'])}-row "
+                f"batches vs {p2['batches']} bare MERGEs",
+                "≥ 20x faster",
+                f"{p2['speedup']:.1f}x faster (staging included: {p2['speedup_end_to_end']:.1f}x)",
+                _mark(p2["speedup"] >= 20 and all(p2["checks"].values())),
+            ]
+        )
+    for case in s.get("p3", []):
+        rows.append(
+            [
+                f"P3 `sink.write(df)` vs Sail `MERGE INTO`, {fmt_rows(case['batch_rows'])} rows",
+                "≤ 1.0x",
+                _x(case["ratio"]),
+                _mark(case["ratio"] <= 1.0),
+            ]
+        )
+    p4 = s.get("p4", {}).get("sizes", {})
+    if p4:
+        ns = sorted(int(n) for n in p4)
+        first, last = p4[str(ns[0])]["planning"], p4[str(ns[-1])]["planning"]
+        for side, what in (("status", "`sink.status()`"), ("recover", "`recover()` planning")):
+            top, growth = last[side]["median"], last[side]["median"] / first[side]["median"]
+            rows.append(
+                [
+                    f"P4 {what} after {ns[-1]:,} batches",
+                    f"≤ 200 ms and ≤ 2x the {ns[0]:,}-batch figure",
+                    f"{fmt_s(top)}, {_x(growth)}",
+                    _mark(top <= 0.2 and growth <= 2),
+                ]
+            )
+    if "p5" in s:
+        p5 = s["p5"]
+        summary = _p5_summary(p5)["sink_write"]
+        rows.append(
+            [
+                f"P5 peak RSS of `sink.write(df)`, {fmt_rows(p5['batch_rows'])} rows from Spark",
+                "≤ 2x the batch's Arrow size",
+                f"+{_mib(summary['cost'])} = {_x(summary['ratio'])} of {_mib(p5['arrow_bytes'])}",
+                _mark(summary["ratio"] <= 2),
+            ]
+        )
+    return rows
+
+
+def _merge_case(case: dict[str, Any]) -> str:
+    stats, ratios = case["stats"], case["ratio"]
+    rows = [
+        [
+            _SIDES[side],
+            cell(stat),
+            f"{fmt_s(stat['q1'])}-{fmt_s(stat['q3'])}",
+            "1.00x" if side == "bare" else _x(ratios[side]),
+        ]
+        for side, stat in stats.items()
+    ]
+    m = case["merge"]
+    checks = ", ".join(
+        f"{k}: {'equal' if v else '**DIFFERENT**'}" for k, v in case["checks"].items()
+    )
+    shape = (
+        f"The bare MERGE removed {m['num_target_files_removed']} and added "
+        f"{m['num_target_files_added']} files, copying {m['num_target_rows_copied']:,} "
+        f"unchanged rows (wrote {m['num_output_rows']:,} rows). Batch Arrow size: "
+        f"{_mib(case['arrow_bytes'])}. Tables after the runs: {checks}."
+    )
+    header = ["side", "median [min-max]", "IQR", "x bare"]
+    return _table(header, rows) + "\n\n" + shape
+
+
+def _grid(grid: list[dict[str, Any]]) -> str:
+    rows = []
+    for c in sorted(grid, key=lambda c: (c["layout"], c["target_rows"], c["batch_rows"])):
+        st = c["stats"]
+        m = c["merge"]
+        rows.append(
+            [
+                fmt_rows(c["target_rows"]),
+                fmt_rows(c["batch_rows"]),
+                c["layout"],
+                cell(st["sink"]),
+                cell(st["bare"]),
+                cell(st["bare_pruned"]) if "bare_pruned" in st else "",
+                _x(c["ratio"]["sink"]),
+                _x(c["ratio"]["bare_pruned"]) if "bare_pruned" in c["ratio"] else "",
+                fmt_s(st["parquet_batch"]["median"]),
+                f"{m['num_target_files_removed']}",
+            ]
+        )
+    header = [
+        "target",
+        "batch",
+        "keys",
+        "deltasink",
+        "bare MERGE",
+        "MERGE streamed_exec=False",
+        "deltasink / bare",
+        "pruned / bare",
+        "parquet write of batch",
+        "files rewritten",
+    ]
+    return _table(header, rows)
+
+
+def _p2(p2: dict[str, Any]) -> str:
+    st = p2["stats"]
+    names = {
+        "sink_commit": "deltasink `commit()` of all pending versions (coalesced, one MERGE)",
+        "sink_stage": "deltasink `pre_commit` x N before it (not part of the goal)",
+        "bare": "**N bare delta-rs MERGEs** — the baseline",
+        "sink_one_by_one": "deltasink `commit()` with `coalesce=False` (N MERGEs)",
+    }
+    rows = [
+        [names[side], cell(st[side]), f"{st['bare']['median'] / st[side]['median']:.1f}x"]
+        for side in ("sink_commit", "sink_stage", "bare", "sink_one_by_one")
+    ]
+    checks = ", ".join(f"{k}: {'equal' if v else '**DIFFERENT**'}" for k, v in p2["checks"].items())
+    return (
+        _table(["side", "median [min-max]", "bare / side"], rows)
+        + f"\n\nTarget commits made: {p2['target_commits']}. Tables after the runs: {checks}."
+    )
+
+
+def _p3(cases: list[dict[str, Any]]) -> str:
+    rows = []
+    for c in cases:
+        st = c["stats"]
+        rows.append(
+            [
+                fmt_rows(c["batch_rows"]),
+                cell(st["sink"]),
+                cell(st["sail"]),
+                _x(c["ratio"]),
+                cell(st["collect"]),
+                f"{c['collect_share']:.0%}",
+                "equal" if all(c["checks"].values()) else "**DIFFERENT**",
+            ]
+        )
+    header = [
+        "batch",
+        "deltasink `sink.write(df)`",
+        "Sail `MERGE INTO`",
+        "deltasink / Sail",
+        "`df.toArrow()` alone",
+        "share of sink.write",
+        "tables",
+    ]
+    return _table(header, rows)
+
+
+def _p4(p4: dict[str, Any]) -> str:
+    rows = []
+    for n in sorted(p4["sizes"], key=int):
+        pl, wr = p4["sizes"][n]["planning"], p4["sizes"][n]["write"]
+        rows.append(
+            [
+                f"{int(n):,}",
+                cell(pl["status"]),
+                cell(pl["status_warm"]),
+                cell(pl["recover"]),
+                cell(pl["status_after_gc"]) if "status_after_gc" in pl else "",
+                cell(wr["sink"]),
+                cell(wr["bare"]),
+                _x(p4["sizes"][n]["write_ratio"]),
+            ]
+        )
+    header = [
+        "batches before",
+        "`status()`, new sink",
+        "`status()`, same sink again",
+        "`recover()`, nothing pending",
+        "`status()` after `gc(0)`",
+        "`sink.write` 10 rows",
+        "bare MERGE 10 rows",
+        "write / bare",
+    ]
+    build = p4.get("build", {})
+    text = _table(header, rows)
+    if build:
+        during = ", ".join(
+            f"{int(k):,}: {fmt_s(v)}" for k, v in build["write_median_s_last_100"].items()
+        )
+        text += (
+            f"\n\nBuilding the history (cached) took {build['build_s'] / 60:.1f} min; median "
+            f"`sink.write` of the 100 batches before each point: {during}."
+        )
+    return text
+
+
+def _p5(p5: dict[str, Any]) -> str:
+    names = {
+        "collect": "`df.toArrow()` only",
+        "parquet": "`df.toArrow()` + `pyarrow.parquet.write_table` (physical)",
+        "bare_merge": "`df.toArrow()` + bare delta-rs MERGE",
+        "sail_merge": "Sail `MERGE INTO` (batch never enters Python)",
+        "sink_pre_commit": "deltasink `pre_commit(df)` (staging only)",
+        "sink_write": "deltasink `sink.write(df)` (staging + commit)",
+    }
+    summary = _p5_summary(p5)
+    rows = [
+        [
+            names[name],
+            _mib(s["baseline"]),
+            _mib(s["peak"]),
+            f"+{_mib(s['cost'])} [{_mib(s['cost_min'])}-{_mib(s['cost_max'])}]",
+            _x(s["ratio"]),
+            fmt_s(s["seconds"]),
+        ]
+        for name, s in summary.items()
+    ]
+    header = [
+        "configuration (own child process)",
+        "baseline RSS",
+        "peak RSS",
+        "peak - baseline [min-max]",
+        "x Arrow size",
+        "time",
+    ]
+    return (
+        f"Batch: {p5['batch_rows']:,} rows ({_mib(p5['arrow_bytes'])} as Arrow, "
+        f"{_mib(p5['parquet_bytes'])} as Parquet), {fmt_rows(p5['target_rows'])}-row target, "
+        f"{len(next(iter(p5['runs'].values())))} run(s) per configuration (medians).\n\n"
+        + _table(header, rows)
+    )
+
+
+def _cell_at(grid: list[dict[str, Any]], target: int, batch: int, layout: str) -> Any:
+    return next(
+        (
+            c
+            for c in grid
+            if (c["target_rows"], c["batch_rows"], c["layout"]) == (target, batch, layout)
+        ),
+        None,
+    )
+
+
+def _growth(results: dict[str, Any]) -> str:
+    """Plain-language growth factors read off the grid and P4 (medians)."""
+    s, sizes = results["sections"], results["config"]["sizes"]
+    grid, lines = s.get("grid", []), []
+    names = {"sink": "deltasink", "bare": "bare MERGE", "bare_pruned": "pruned MERGE"}
+
+    def factors(a: Any, b: Any) -> str:
+        return ", ".join(
+            f"{names[side]} x{b['stats'][side]['median'] / a['stats'][side]['median']:.1f}"
+            for side in names
+            if side in a["stats"] and side in b["stats"]
+        )
+
+    targets, batches = sizes["grid_targets"], sizes["grid_batches"]
+    for layout in ("recent", "uniform"):
+        a = _cell_at(grid, targets[0], sizes["p1_batch"], layout)
+        b = _cell_at(grid, targets[-1], sizes["p1_batch"], layout)
+        if a and b:
+            lines.append(
+                f"* Target {fmt_rows(targets[0])} -> {fmt_rows(targets[-1])} rows "
+                f"({fmt_rows(sizes['p1_batch'])}-row batch, {layout} keys): {factors(a, b)}."
+            )
+    for target in targets:
+        a = _cell_at(grid, target, batches[0], "recent")
+        b = _cell_at(grid, target, batches[-1], "recent")
+        if a and b:
+            lines.append(
+                f"* Batch {fmt_rows(batches[0])} -> {fmt_rows(batches[-1])} rows "
+                f"({fmt_rows(target)}-row target, recent keys): {factors(a, b)}."
+            )
+    p4 = s.get("p4", {}).get("sizes", {})
+    if len(p4) > 1:
+        ns = sorted(p4, key=int)
+        lo, hi = p4[ns[0]], p4[ns[-1]]
+        parts = [
+            f"{label} x{hi[group][side]['median'] / lo[group][side]['median']:.1f}"
+            for label, group, side in (
+                ("`status()`", "planning", "status"),
+                ("`recover()`", "planning", "recover"),
+                ("`sink.write` (10 rows)", "write", "sink"),
+                ("bare MERGE (10 rows)", "write", "bare"),
+            )
+        ]
+        lines.append(
+            f"* History {int(ns[0]):,} -> {int(ns[-1]):,} committed batches: {', '.join(parts)}."
+        )
+    return "\n".join(lines)
+
+
+def _prepared(sections: dict[str, Any]) -> str:
+    seconds = sections.get("p4", {}).get("prepare_s", 0)
+    if seconds < 60:
+        return ""
+    return f", of which {seconds / 60:.1f} min building or waiting for P4's cached history"
+
+
+def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> str:
+    """The whole report."""
+    m, cfg, s = results["machine"], results["config"], results["sections"]
+    parts = [
+        "# deltasink benchmarks",
+        f"Generated by `{command}` — do not edit by hand. What each benchmark does, the key "
+        "layout and how to run one part: [bench/README.md](../bench/README.md).",
+        f"**Run:** {m['date']}; {cfg['runs']} runs per side, order rotated on every "
+        f"repetition; times are medians [min-max]; ratios are ratios of medians; "
+        f"{'**quick mode (smoke test, not for conclusions)**; ' if cfg['quick'] else ''}"
+        f"wall time {cfg.get('elapsed_min', 0):.1f} min{_prepared(s)}.",
+        f"**Machine:** {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}; "
+        f"Python {m['python']}, deltalake {m['deltalake']}, pyarrow {m['pyarrow']}, "
+        f"pysail {m['pysail']}, pyspark {m['pyspark']}, numpy {m['numpy']}; deltasink "
+        f"{m['deltasink']}. Load average at start {m['loadavg']}, at end "
+        f"{cfg.get('loadavg_end', '?')}.",
+        "## Goals",
+        _table(["benchmark", "goal", "measured", ""], goals(results)),
+    ]
+    if plot_name:
+        parts.append(f"![Cost against batch size, target size and history]({plot_name})")
+    if "p1" in s:
+        parts.append("## P1: overhead of `sink.write` over a bare MERGE")
+        for layout, case in s["p1"].items():
+            parts.append(
+                f"### {fmt_rows(case['target_rows'])}-row target, "
+                f"{fmt_rows(case['batch_rows'])}-row batch, {layout} keys"
+            )
+            parts.append(_merge_case(case))
+    if "p2" in s:
+        parts.append(
+            f"## P2: {s['p2']['batches']} pending batches, one `commit()` vs "
+            f"{s['p2']['batches']} MERGEs"
+        )
+        parts.append(_p2(s["p2"]))
+    if "p3" in s:
+        parts.append("## P3: Spark input, `sink.write(df)` vs the engine's `MERGE INTO`")
+        parts.append(_p3(s["p3"]))
+    if "p4" in s:
+        parts.append("## P4: planning and commit cost against history")
+        parts.append(_p4(s["p4"]))
+    if "p5" in s:
+        parts.append("## P5: peak memory for a large batch from Spark")
+        parts.append(_p5(s["p5"]))
+    if "grid" in s:
+        parts.append("## Cost growth with target size and batch size")
+        parts.append(_grid(s["grid"]))
+    growth = _growth(results)
+    if growth:
+        parts.append("### Growth factors (ratios of medians)")
+        parts.append(growth)
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,120 @@
+"""Run the benchmarks and write the report: ``python -m bench.run [--quick]``.
+
+The full run writes ``docs/benchmarks.md`` and ``docs/benchmarks.png``; ``--quick``
+(small sizes, 3 runs, a smoke test) writes ``bench/out/benchmarks-quick.md`` and its
+PNG instead, so it never overwrites the published numbers. Raw results always go to
+``bench/out/results[-quick].json``; ``--report-only`` re-renders from that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.common import FULL, OUT_DIR, QUICK, REPO_DIR, Config, Results, log, machine_info, remove
+from bench.plot import plot
+from bench.report import render
+
+__all__ = ["main"]
+
+PARTS = ("p1", "grid", "p2", "p3", "p4", "p5")
+
+
+def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any]:
+    from bench import p1_overhead, p2_coalesce, p3_spark, p4_planning, p5_memory
+
+    out: dict[str, Any] = {}
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("p1", lambda: p1_overhead.run_p1(config)),
+        ("p2", lambda: p2_coalesce.run(config)),
+        ("p3", lambda: p3_spark.run(config)),
+        ("p5", lambda: p5_memory.run(config)),
+        ("grid", lambda: p1_overhead.run_grid(config, out.get("p1", {}))),
+        # last: the first full run builds (or waits for) the 10,000-batch history
+        ("p4", lambda: p4_planning.run(config, rebuild=rebuild)),
+    ]
+    for name, step in steps:
+        if name in only:
+            start = time.perf_counter()
+            log(f"--- {name} ---")
+            out[name] = step()
+            log(f"--- {name} done in {time.perf_counter() - start:.0f} s ---")
+    return out
+
+
+def _paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
+    suffix = "-quick" if args.quick else ""
+    results = OUT_DIR / f"results{suffix}.json"
+    if args.report:
+        report = Path(args.report)
+    elif args.quick:
+        report = OUT_DIR / "benchmarks-quick.md"
+    else:
+        report = REPO_DIR / "docs" / "benchmarks.md"
+    return results, report, report.with_suffix(".png")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes, 3 runs (smoke test)")
+    parser.add_argument("--runs", type=int, help="repetitions per side (default 5, quick 3)")
+    parser.add_argument(
+        "--only", help=f"comma-separated subset of {','.join(PARTS)} (grid needs p1)"
+    )
+    parser.add_argument("--report", help="where to write the Markdown report")
+    parser.add_argument(
+        "--rebuild-history",
+        action="store_true",
+        help="rebuild P4's cached histories (after a change to deltasink's log layout)",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="re-render the report from saved results"
+    )
+    args = parser.parse_args(argv)
+    results_path, report_path, plot_path = _paths(args)
+    if args.report_only:
+        data = json.loads(results_path.read_text())
+    else:
+        only = set(args.only.split(",")) if args.only else set(PARTS)
+        unknown = only - set(PARTS)
+        if unknown:
+            parser.error(f"unknown part(s) {sorted(unknown)}; choose from {PARTS}")
+        if "grid" in only:
+            only.add("p1")
+        runs = args.runs or (3 if args.quick else 5)
+        config = Config(sizes=QUICK if args.quick else FULL, runs=runs, quick=args.quick)
+        start = time.perf_counter()
+        machine = machine_info()
+        remove(config.scratch)
+        sections = _sections(config, only, rebuild=args.rebuild_history)
+        remove(config.scratch)
+        cfg = {
+            "quick": config.quick,
+            "runs": config.runs,
+            "seed": config.seed,
+            "sizes": asdict(config.sizes),
+            "elapsed_min": (time.perf_counter() - start) / 60,
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "argv": sys.argv[1:] if argv is None else argv,
+        }
+        results = Results(config=cfg, machine=machine, sections=sections)
+        results.save(results_path)
+        data = json.loads(results_path.read_text())
+    argv_text = shlex.join(data["config"]["argv"])
+    command = "make bench" + (f" BENCH_ARGS='{argv_text}'" if argv_text else "")
+    plot(data, plot_path)
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path.write_text(render(data, command=command, plot_name=plot_path.name))
+    log(f"report: {report_path}  plot: {plot_path}  results: {results_path}")
+
+
+if __name__ == "__main__":
+    main()
