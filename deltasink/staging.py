@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,7 +43,7 @@ from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.deltalog import arrow_schema, commit_properties, now_ms, plain, refresh
+from deltasink.deltalog import arrow_schema, commit_properties, is_local, now_ms, plain, refresh
 from deltasink.errors import CommitError, FencedError, StorageError
 from deltasink.guards import PROP_APP, PROP_TARGET, check_owner
 from deltasink.protocol import DiscardReason, StagedVersion
@@ -59,6 +60,12 @@ PROP_SPEC = "deltasink.mergeSpec"
 PROP_EPOCH = "deltasink.epoch"
 PROP_QUARANTINE = "deltasink.quarantine"
 COMMITTED_SUFFIX = "#committed"
+#: Staged files are short-lived and read back whole, once: favour writing speed.
+STAGING_PARQUET: dict[str, Any] = {
+    "compression": "lz4",
+    "use_dictionary": False,
+    "write_statistics": False,
+}
 #: Never-referenced files younger than this are kept by gc (a staging in flight).
 ORPHAN_SAFETY_HOURS = 1
 _CLAIM_ATTEMPTS = 20
@@ -106,12 +113,18 @@ class StagingTable:
 
     # -- reading -----------------------------------------------------------------
 
-    def open(self) -> DeltaTable | None:
-        """The staging table at its latest version, or ``None`` if not created yet.
+    def open(self, *, fresh: bool = True) -> DeltaTable | None:
+        """The staging table, or ``None`` if not created yet.
+
+        Args:
+            fresh: Bring it to the latest version (one log read). ``False`` reuses the
+                state read last, for a caller that just refreshed it in the same call.
 
         Raises:
             StagingOwnershipError: The table belongs to another target or app.
         """
+        if not fresh and self._table is not None:
+            return self._table
         table = refresh(self._table, self.uri, self._options)
         if table is not None and table is not self._table:
             self._check_owner(table)
@@ -126,6 +139,15 @@ class StagingTable:
         """Every staged version, ascending, with its row count and staging time."""
         table = self.open()
         return () if table is None else self._versions(table)
+
+    def snapshot(self) -> tuple[tuple[StagedVersion, ...], dict[int, str], int | None]:
+        """Staged versions, quarantined versions and the committed mark, from ONE read
+        of the log."""
+        table = self.open()
+        if table is None:
+            return (), {}, None
+        mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
+        return self._versions(table), _quarantine_of(table), mark
 
     def quarantined(self) -> dict[int, str]:
         """Quarantined versions and why (from the table properties)."""
@@ -152,9 +174,9 @@ class StagingTable:
             for row in grouped.to_pylist()
         )
 
-    def recorded_spec(self) -> MergeSpec | None:
+    def recorded_spec(self, *, fresh: bool = True) -> MergeSpec | None:
         """The MergeSpec recorded in the table, or ``None``."""
-        table = self.open()
+        table = self.open(fresh=fresh)
         if table is None:
             return None
         text = table.metadata().configuration.get(PROP_SPEC)
@@ -162,24 +184,48 @@ class StagingTable:
 
     def read(self, version: int) -> pa.Table:
         """The rows staged for ``version``, with the schema they were staged with."""
-        table = self.open()
+        return self.read_many([version])[version]
+
+    def read_many(self, versions: Sequence[int], *, fresh: bool = True) -> dict[int, pa.Table]:
+        """The rows staged for each of ``versions``, from one read of the log."""
+        table = self.open(fresh=fresh)
         if table is None:
             raise FileNotFoundError(f"staging table {self.uri} does not exist")
-        actions = pa.table(table.get_add_actions(flatten=True))
-        mask = pc.equal(
-            actions.column(f"partition.{VERSION_COLUMN}"), pa.scalar(version, pa.int64())
+        actions = pa.table(table.get_add_actions(flatten=True)).select(
+            [f"partition.{VERSION_COLUMN}", "path"]
         )
-        paths = [str(p) for p in actions.filter(mask).column("path").to_pylist()]
-        if not paths:
-            raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
-        dataset = ds.dataset(paths, filesystem=self._filesystem(), format="parquet")
-        return dataset.to_table()
+        paths: dict[int, list[str]] = {}
+        for row in actions.to_pylist():
+            paths.setdefault(int(row[f"partition.{VERSION_COLUMN}"]), []).append(str(row["path"]))
+        result = {}
+        for version in versions:
+            if version not in paths:
+                raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
+            try:
+                dataset = ds.dataset(
+                    paths[version], filesystem=self._filesystem(), format="parquet"
+                )
+                result[version] = dataset.to_table()
+            except OSError as exc:
+                raise StorageError(
+                    f"the staged data of version {version} in {self.uri} cannot be read "
+                    f"({plain(exc)}): file not found or unreadable (removed by hand?). "
+                    f"Abort version {version} (`deltasink abort`) and let the source send "
+                    "it again.",
+                    table=self.uri,
+                    app_id=self.app_id,
+                    version=version,
+                ) from exc
+        return result
 
     # -- writing -----------------------------------------------------------------
 
     def _filesystem(self) -> pafs.FileSystem:
         if self._fs is None:
-            self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
+            if is_local(self.uri):  # pyarrow's own filesystem: no Python in the I/O path
+                self._fs = pafs.SubTreeFileSystem(self.uri, pafs.LocalFileSystem())
+            else:
+                self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
         return self._fs
 
     def _create(self, schema: pa.Schema, spec: MergeSpec) -> DeltaTable:
@@ -211,6 +257,11 @@ class StagingTable:
                 PROP_FORMAT: FORMAT,
                 PROP_SPEC: spec.to_json(),
                 PROP_EPOCH: "0",
+                # The staging log is deltasink's alone and grows by two commits per
+                # batch: keep it short so reading it stays fast after many batches.
+                "delta.logRetentionDuration": "interval 1 hours",
+                "delta.deletedFileRetentionDuration": "interval 1 hours",
+                "delta.enableExpiredLogCleanup": "true",
             },
             storage_options=self._options,
             raise_if_key_not_exists=False,
@@ -330,9 +381,14 @@ class StagingTable:
         table = self.check_epoch(epoch)
         self._evolve(table, data.schema)
         removes = self._removes(table, version) if replace else []
-        relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.snappy.parquet"
+        directory = f"{VERSION_COLUMN}={version}"
+        relative = f"{directory}/part-{uuid.uuid4()}.c000.parquet"
         fs = self._filesystem()
-        with fs.open_output_stream(relative) as out, pq.ParquetWriter(out, data.schema) as writer:
+        fs.create_dir(directory, recursive=True)
+        with (
+            fs.open_output_stream(relative) as out,
+            pq.ParquetWriter(out, data.schema, **STAGING_PARQUET) as writer,
+        ):
             writer.write_table(data)
         try:
             _faults.point("stage.after_files")
@@ -431,7 +487,7 @@ class StagingTable:
         them after the table's retention; that is how aborted and abandoned versions
         remain inspectable for a while.
         """
-        if not versions or self.open() is None:
+        if not versions or self.open(fresh=False) is None:
             return
         table = self.check_epoch(epoch) if epoch is not None else self.open()
         assert table is not None

@@ -29,6 +29,10 @@ __all__ = ["TargetTable"]
 
 logger = logging.getLogger("deltasink")
 
+#: Prune the MERGE by the batch's key range only if at most this share of the
+#: target's files can hold a key of the batch (by their statistics).
+PRUNE_WHEN_OVERLAP_AT_MOST = 0.5
+
 
 class TargetTable:
     """The target Delta table of a sink.
@@ -50,8 +54,11 @@ class TargetTable:
         self._options = dict(storage_options or {})
         self._table: DeltaTable | None = None
 
-    def open(self) -> DeltaTable | None:
-        """The target at its latest version, or ``None`` if it does not exist yet."""
+    def open(self, *, fresh: bool = True) -> DeltaTable | None:
+        """The target at its latest version (``fresh=False``: as read last, for a
+        caller that just refreshed it), or ``None`` if it does not exist yet."""
+        if not fresh and self._table is not None:
+            return self._table
         self._table = refresh(self._table, self.uri, self._options)
         return self._table
 
@@ -63,9 +70,9 @@ class TargetTable:
         version: int | None = table.transaction_version(app_id)
         return version
 
-    def schema(self) -> pa.Schema | None:
+    def schema(self, *, fresh: bool = True) -> pa.Schema | None:
         """The target's Arrow schema, or ``None`` if it does not exist yet."""
-        table = self.open()
+        table = self.open(fresh=fresh)
         return None if table is None else arrow_schema(table)
 
     def apply(
@@ -179,18 +186,21 @@ class TargetTable:
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
             metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
-        elif self._no_existing_keys(table, values, spec):
+        elif (overlap := self._overlap(table, values, spec)) == 0.0:
             # Insert-only fast path: no key of the batch can exist in the target, so
             # the MERGE would only insert. Deletes of absent keys are no-ops.
             rows = values if flag is None else values.filter(pc.invert(flag))
             metrics["num_target_rows_inserted"] = self._append(table, rows, spec, props)
         else:
             source = values if flag is None else values.append_column(DELETE_COLUMN, flag)
+            # Pruning pays when the batch's key range misses most of the target's files;
+            # when it touches most of them, the plain streamed MERGE is cheaper.
+            prune = overlap is None or overlap <= PRUNE_WHEN_OVERLAP_AT_MOST
             plan = compile_merge(
                 spec,
                 values.column_names,
                 has_delete=flag is not None,
-                prune=key_ranges(values, spec.keys),
+                prune=key_ranges(values, spec.keys) if prune else None,
             )
             merger = table.merge(
                 source,
@@ -198,7 +208,7 @@ class TargetTable:
                 source_alias=SOURCE,
                 target_alias=TARGET,
                 merge_schema=spec.schema_evolution,
-                streamed_exec=False,  # the source is in memory: lets delta-rs prune files
+                streamed_exec=not prune,  # a non-streamed source lets delta-rs prune files
                 commit_properties=props,
             )
             metrics = plan.apply_to(merger).execute()
@@ -241,13 +251,13 @@ class TargetTable:
         return values.num_rows
 
     @staticmethod
-    def _no_existing_keys(table: DeltaTable, values: pa.Table, spec: MergeSpec) -> bool:
-        """Whether the target's file statistics prove that no key of ``values`` exists
-        in the target: single integer/date/timestamp key, every file with min/max
-        statistics, and the batch's key range disjoint from every file's. (String
-        statistics may be truncated, so string keys never take this path.)"""
+    def _overlap(table: DeltaTable, values: pa.Table, spec: MergeSpec) -> float | None:
+        """The share of the target's files whose key statistics overlap the batch's key
+        range: 0.0 proves that no key of the batch exists in the target. ``None`` when
+        it cannot be known: several keys, a key type whose statistics may be
+        truncated (strings), or files without statistics."""
         if len(spec.keys) != 1 or values.num_rows == 0:
-            return False
+            return None
         key = spec.keys[0]
         column = values.column(key)
         if not (
@@ -255,26 +265,25 @@ class TargetTable:
             or pa.types.is_date(column.type)
             or pa.types.is_timestamp(column.type)
         ):
-            return False
+            return None
         actions = pa.table(table.get_add_actions(flatten=True))
         if actions.num_rows == 0:
-            return True
+            return 0.0
         names = (f"min.{key}", f"max.{key}")
         if any(n not in actions.column_names for n in names):
-            return False
+            return None
         mins, maxs = actions.column(names[0]), actions.column(names[1])
         if mins.null_count or maxs.null_count:
-            return False
+            return None
         bounds = pc.min_max(column)
-        low, high = bounds["min"], bounds["max"]
         try:
             overlap = pc.and_(
-                pc.less_equal(mins.cast(column.type), high),
-                pc.greater_equal(maxs.cast(column.type), low),
+                pc.less_equal(mins.cast(column.type), bounds["max"]),
+                pc.greater_equal(maxs.cast(column.type), bounds["min"]),
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return False
-        return not pc.any(overlap).as_py()
+            return None
+        return float(pc.sum(overlap.cast(pa.int64())).as_py() or 0) / actions.num_rows
 
     def _create(self, data: pa.Table, props: Any, versions: list[int]) -> tuple[int, int] | None:
         """Create the target from the batch's inserted rows; ``None`` if another writer

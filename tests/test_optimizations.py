@@ -238,3 +238,19 @@ def test_versions_with_different_columns_are_committed_one_by_one(target: str) -
     report = sink.commit(2)
     assert [r.all_versions for r in report.results] == [(1,), (2,)]
     assert support.rows(target) == [{"id": 1, "a": "a1", "b": "b2"}]
+
+
+def merge_predicate(target: str) -> str:
+    return str(DeltaTable(target).history(1)[0]["operationParameters"]["mergePredicate"])
+
+
+def test_pruning_is_used_only_when_it_skips_most_files(target: str) -> None:
+    for part in range(4):  # four files holding ids 0-9, 10-19, 20-29, 30-39
+        ids = list(range(part * 10, part * 10 + 10))
+        write_deltalake(target, pa.table({"id": ids, "v": ["old"] * 10}), mode="append")
+    sink = DeltaSink(target, "adaptive", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [31, 35], "v": ["new", "new"]}), 0)  # one file of four
+    assert "t.id >= 31 AND t.id <= 35" in merge_predicate(target)
+    sink.write(pa.table({"id": [1, 38], "v": ["new", "new"]}), 1)  # spans all four files
+    assert ">=" not in merge_predicate(target)
+    assert {r["id"] for r in support.rows(target) if r["v"] == "new"} == {1, 31, 35, 38}

@@ -96,7 +96,7 @@ def test_staging_not_writable_fails_the_pre_commit_and_stages_nothing(target: st
     sink.write(batch(1), 0)
     blocker = Path(sink.staging, "_deltasink_version=1")
     blocker.write_text("a regular file where the version's directory must go")
-    with pytest.raises(OSError, match=r"(?s)_deltasink_version=1/part-.*Not a directory"):
+    with pytest.raises(OSError, match=r"(?s)_deltasink_version=1.*(Not a directory|non-directory)"):
         sink.pre_commit(batch(2), 1)
     assert support.staged_versions(sink.staging) == []  # nothing half-staged
     assert not any("=1/" in f for f in support.staged_files_on_disk(sink.staging))

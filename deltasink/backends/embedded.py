@@ -72,7 +72,7 @@ class EmbeddedBackend:
 
     def spec_for_new_versions(self) -> MergeSpec:
         """The spec new versions are staged with."""
-        spec = self._spec or self.staging.recorded_spec()
+        spec = self._spec or self.staging.recorded_spec(fresh=False)
         if spec is None:
             raise ConfigurationError(
                 f"no MergeSpec given for app {self.app_id!r} on {self.target.uri} and none "
@@ -84,7 +84,7 @@ class EmbeddedBackend:
 
     def spec_for_staged(self) -> MergeSpec:
         """The spec staged versions are committed with (the one they were staged with)."""
-        return self.staging.recorded_spec() or self.spec_for_new_versions()
+        return self.staging.recorded_spec(fresh=False) or self.spec_for_new_versions()
 
     # -- fencing ---------------------------------------------------------------------
 
@@ -129,14 +129,13 @@ class EmbeddedBackend:
     # -- Participant -------------------------------------------------------------------
 
     def read_state(self) -> LogState:
-        committed = self._guard.committed(
-            self.target.committed_version(self.app_id), self.staging.committed_mark()
-        )
-        return LogState(committed, self.staging.versions(), self.staging.quarantined())
+        staged, quarantined, mark = self.staging.snapshot()
+        committed = self._guard.committed(self.target.committed_version(self.app_id), mark)
+        return LogState(committed, staged, quarantined)
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         spec = self.spec_for_new_versions()
-        recorded = self.staging.recorded_spec()
+        recorded = self.staging.recorded_spec(fresh=False)
         if recorded is not None and recorded != spec:
             refuse_spec_change(
                 recorded,
@@ -159,7 +158,9 @@ class EmbeddedBackend:
         return staged
 
     def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:
-        data = prepare(collect(batch, spec), spec, self.target.schema(), target=self.target.uri)
+        data = prepare(
+            collect(batch, spec), spec, self.target.schema(fresh=False), target=self.target.uri
+        )
         _faults.point("stage.before_write")
         return data
 
@@ -188,7 +189,10 @@ class EmbeddedBackend:
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         self._fence()
         spec = self.spec_for_staged()
-        tables = [(s.version, self._data(s.version)) for s in staged]
+        cached = {self._last[0]: self._last[1]} if self._last is not None else {}
+        missing = [s.version for s in staged if s.version not in cached]
+        cached.update(self.staging.read_many(missing, fresh=False) if missing else {})
+        tables = [(s.version, cached[s.version]) for s in staged]
         columns = {tuple(sorted(t.column_names)) for _, t in tables}
         if len(columns) > 1 and spec.mode != "append":
             # A version that omits a column leaves it alone on update; a coalesced
