@@ -32,6 +32,9 @@ logger = logging.getLogger("deltasink")
 #: Prune the MERGE by the batch's key range only if at most this share of the
 #: target's files can hold a key of the batch (by their statistics).
 PRUNE_WHEN_OVERLAP_AT_MOST = 0.5
+#: Batches at least this large are streamed into the MERGE (the key-range predicate
+#: still limits the target files read), which bounds the MERGE's memory.
+STREAM_ABOVE_ROWS = 1_000_000
 
 
 class TargetTable:
@@ -208,7 +211,9 @@ class TargetTable:
                 source_alias=SOURCE,
                 target_alias=TARGET,
                 merge_schema=spec.schema_evolution,
-                streamed_exec=not prune,  # a non-streamed source lets delta-rs prune files
+                # A non-streamed source lets delta-rs prune target files, but it holds
+                # the whole source in the join: large batches stream instead (memory).
+                streamed_exec=not prune or values.num_rows >= STREAM_ABOVE_ROWS,
                 commit_properties=props,
             )
             metrics = plan.apply_to(merger).execute()
