@@ -19,6 +19,7 @@ import pyarrow as pa
 
 __all__ = [
     "HistoryEntry",
+    "count_since_optimize",
     "history_from_commits",
     "ledger_table",
     "previous_rows",
@@ -195,3 +196,17 @@ def ledger_table(app_id: str, entries: list[HistoryEntry]) -> pa.Table:
         for version in reversed(e.versions)
     ]
     return pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)
+
+
+def count_since_optimize(commits: Iterable[Mapping[str, Any]], app_id: str, limit: int) -> int:
+    """``app_id``'s commits among ``commits`` (newest first) before the first OPTIMIZE,
+    counting up to ``limit``."""
+    count = 0
+    for commit in commits:
+        if commit.get("operation") == "OPTIMIZE":
+            break
+        if history_from_commits([commit], app_id):
+            count += 1
+            if count >= limit:
+                break
+    return count

@@ -20,7 +20,12 @@ from deltasink.batch import DELETE_COLUMN, coalesce, collect, prepare
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import MarkGuard, refuse_spec_change
-from deltasink.history import HistoryEntry, history_from_commits, previous_rows
+from deltasink.history import (
+    HistoryEntry,
+    count_since_optimize,
+    history_from_commits,
+    previous_rows,
+)
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.staging import GcResult, StagingTable
@@ -299,12 +304,4 @@ class EmbeddedBackend:
         table = self.target.open()
         if table is None:
             return 0
-        count = 0
-        for commit in table.history(4 * limit + 16):
-            if commit.get("operation") == "OPTIMIZE":
-                break
-            if history_from_commits([commit], self.app_id):
-                count += 1
-                if count >= limit:
-                    break
-        return count
+        return count_since_optimize(table.history(4 * limit + 16), self.app_id, limit)

@@ -16,7 +16,13 @@ from deltasink.batch import quote
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import refuse_spec_change
-from deltasink.history import HistoryEntry, history_from_commits, previous_rows, user_metadata
+from deltasink.history import (
+    HistoryEntry,
+    count_since_optimize,
+    history_from_commits,
+    previous_rows,
+    user_metadata,
+)
 from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
 from deltasink.sparkconf import session_conf
 from deltasink.spec import MergeSpec
@@ -298,12 +304,4 @@ class SparkBackend:
 
     def commits_since_optimize(self, limit: int) -> int:
         """This app's target commits since the target's last OPTIMIZE (up to ``limit``)."""
-        count = 0
-        for commit in self._logs.target_commits(4 * limit + 16):
-            if commit.get("operation") == "OPTIMIZE":
-                break
-            if history_from_commits([commit], self.app_id):
-                count += 1
-                if count >= limit:
-                    break
-        return count
+        return count_since_optimize(self._logs.target_commits(4 * limit + 16), self.app_id, limit)
