@@ -311,14 +311,16 @@ class StagingTable:
             app_id=self.app_id,
         )
 
-    def check_epoch(self, epoch: int) -> DeltaTable:
-        """The table at its latest version, if ``epoch`` is still the current one.
+    def check_epoch(self, epoch: int) -> DeltaTable | None:
+        """The table at its latest version (one log read), if ``epoch`` is still the
+        current one; ``None`` if the table is gone (deleted under the sink).
 
         Raises:
             FencedError: A newer writer claimed the table.
         """
         table = self.open()
-        assert table is not None
+        if table is None:
+            return None
         current = int(table.metadata().configuration.get(PROP_EPOCH, "0"))
         if current != epoch:
             raise FencedError(
@@ -353,7 +355,9 @@ class StagingTable:
         if table is not None and table.metadata().configuration.get(PROP_SPEC) != spec.to_json():
             table.alter.set_table_properties({PROP_SPEC: spec.to_json()}, raise_if_not_exists=False)
 
-    def append(self, version: int, data: pa.Table, *, epoch: int) -> StagedVersion:
+    def append(
+        self, version: int, data: pa.Table, *, epoch: int, verified: bool = False
+    ) -> StagedVersion:
         """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``.
 
         A failure before the commit leaves at most an unreferenced file (removed here
@@ -363,7 +367,7 @@ class StagingTable:
             FencedError: ``epoch`` is no longer current (checked before writing, and
                 again if the commit conflicts).
         """
-        return self._commit_version(version, data, epoch=epoch, replace=False)
+        return self._commit_version(version, data, epoch=epoch, replace=False, verified=verified)
 
     def replace(self, version: int, data: pa.Table, *, epoch: int) -> StagedVersion:
         """Replace the staged data of ``version`` with ``data`` in ONE commit (the old
@@ -376,9 +380,16 @@ class StagingTable:
         return self._commit_version(version, data, epoch=epoch, replace=True)
 
     def _commit_version(
-        self, version: int, data: pa.Table, *, epoch: int, replace: bool
+        self, version: int, data: pa.Table, *, epoch: int, replace: bool, verified: bool = False
     ) -> StagedVersion:
-        table = self.check_epoch(epoch)
+        table = self.open(fresh=False) if verified else self.check_epoch(epoch)
+        if table is None:
+            raise StorageError(
+                f"the staging table {self.uri} disappeared while staging version {version}.",
+                table=self.uri,
+                app_id=self.app_id,
+                version=version,
+            )
         self._evolve(table, data.schema)
         removes = self._removes(table, version) if replace else []
         directory = f"{VERSION_COLUMN}={version}"
@@ -480,7 +491,14 @@ class StagingTable:
         except Exception:  # the file is unreferenced: VACUUM removes it later
             logger.debug("could not remove orphan staging file %s", relative)
 
-    def drop(self, versions: Sequence[int], *, reason: DiscardReason, epoch: int | None) -> None:
+    def drop(
+        self,
+        versions: Sequence[int],
+        *,
+        reason: DiscardReason,
+        epoch: int | None,
+        verified: bool = False,
+    ) -> None:
         """Remove the staged data of ``versions`` in one Delta commit.
 
         The files stay on storage (reachable by time travel) until ``VACUUM`` removes
@@ -489,8 +507,12 @@ class StagingTable:
         """
         if not versions or self.open(fresh=False) is None:
             return
-        table = self.check_epoch(epoch) if epoch is not None else self.open()
-        assert table is not None
+        if verified or epoch is None:
+            table = self.open(fresh=not verified)
+        else:
+            table = self.check_epoch(epoch)
+        if table is None:
+            return
         _faults.point("discard.before_log_commit")
         if reason != "committed":
             for version in versions:

@@ -87,7 +87,7 @@ class TargetTable:
         version: int,
         versions: Sequence[int] = (),
         metadata: Mapping[str, Any],
-        before_attempt: Callable[[], None] | None = None,
+        before_attempt: Callable[[], object] | None = None,
     ) -> CommitResult:
         """Apply staged data in one Delta commit carrying ``txn(app_id, version)``.
 

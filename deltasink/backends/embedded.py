@@ -101,26 +101,18 @@ class EmbeddedBackend:
     def claim(self) -> None:
         """Take over the writer role now (``recover()`` calls this first); a no-op if
         this backend already holds the current epoch, or if nothing is staged yet."""
-        if self._epoch is None:
-            self._fence()
-        else:
-            self.staging.check_epoch(self._epoch)
+        self._fence()
 
     def _fence(self, schema: pa.Schema | None = None) -> int | None:
-        """Claim an epoch on first use, check it afterwards. ``None``: no staging table
-        exists and none is being created, so there is nothing to fence."""
-        self._forget_epoch_if_staging_vanished()
-        if self._epoch is None:
-            spec = self._spec or self.staging.recorded_spec()
-            self._epoch = self.staging.claim(schema, spec) if spec is not None else None
-        else:
-            self.staging.check_epoch(self._epoch)
-        return self._epoch
+        """Claim an epoch on first use, verify it afterwards: one read of the staging
+        log. ``None``: no staging table exists and none is being created (``schema``
+        is ``None``), so there is nothing to fence.
 
-    def _forget_epoch_if_staging_vanished(self) -> None:
-        """A staging table deleted under a running sink: start over with a new one
-        (what was staged and not committed is gone with it)."""
-        if self._epoch is not None and self.staging.open() is None:
+        A staging table deleted under a running sink is started over (what was staged
+        there and not committed is gone with it)."""
+        if self._epoch is not None:
+            if self.staging.check_epoch(self._epoch) is not None:
+                return self._epoch
             logger.warning(
                 "app %r: the staging table %s was deleted while this sink ran; versions "
                 "staged there and not committed are lost (the source must send them "
@@ -130,6 +122,9 @@ class EmbeddedBackend:
             )
             self._epoch = None
             self._last = None
+        spec = self._spec or self.staging.recorded_spec()
+        self._epoch = self.staging.claim(schema, spec) if spec is not None else None
+        return self._epoch
 
     # -- Participant -------------------------------------------------------------------
 
@@ -151,14 +146,12 @@ class EmbeddedBackend:
                 version=version,
             )
         data = self._prepare(batch, spec)
-        self._forget_epoch_if_staging_vanished()
-        if self._epoch is None:
-            self._epoch = self.staging.claim(data.schema, spec)
-        assert self._epoch is not None
+        epoch = self._fence(data.schema)
+        assert epoch is not None
         if recorded is not None and recorded != spec:
-            self.staging.check_epoch(self._epoch)
             self.staging.record_spec(spec)
-        staged = self.staging.append(version, data, epoch=self._epoch)
+            self.staging.check_epoch(epoch)
+        staged = self.staging.append(version, data, epoch=epoch, verified=True)
         self._last = (version, data)
         return staged
 
@@ -174,25 +167,19 @@ class EmbeddedBackend:
             return self._last[1]
         return self.staging.read(version)
 
-    def _check(self) -> None:
-        if self._epoch is not None:
-            self.staging.check_epoch(self._epoch)
-
     def publish(self, staged: StagedVersion) -> CommitResult:
-        self._fence()
         result = self.target.apply(
             self._data(staged.version),
             spec=self.spec_for_staged(),
             app_id=self.app_id,
             version=staged.version,
             metadata={"deltasink.staging": self.staging.uri, "deltasink.rows": staged.rows},
-            before_attempt=self._check,
+            before_attempt=self._fence,
         )
         self._last = None
         return result
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
-        self._fence()
         spec = self.spec_for_staged()
         cached = {self._last[0]: self._last[1]} if self._last is not None else {}
         missing = [s.version for s in staged if s.version not in cached]
@@ -219,13 +206,13 @@ class EmbeddedBackend:
                 "deltasink.staging": self.staging.uri,
                 "deltasink.rows": sum(s.rows for s in staged),
             },
-            before_attempt=self._check,
+            before_attempt=self._fence,
         )
         self._last = None
         return replace(result, rows=sum(s.rows for s in staged))
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
-        self.staging.drop(versions, reason=reason, epoch=self._fence())
+        self.staging.drop(versions, reason=reason, epoch=self._fence(), verified=True)
         if self._last is not None and self._last[0] in versions:
             self._last = None
 
