@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from deltasink._version import __version__
@@ -25,6 +25,7 @@ __all__ = [
     "now_ms",
     "open_table",
     "plain",
+    "post_commit_hooks",
     "refresh",
 ]
 
@@ -158,6 +159,29 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
 def now_ms() -> int:
     """Milliseconds since the epoch (Delta's timestamp unit)."""
     return int(time.time() * 1000)
+
+
+def post_commit_hooks(table: DeltaTable) -> PostCommitHookProperties:
+    """Post-commit hooks for the next commit to ``table``: checkpoints as the table
+    configures them, and expired-log clean-up only around a checkpoint.
+
+    delta-rs otherwise looks for expired log files after *every* commit, listing the
+    whole ``_delta_log`` each time (measured: 0.14 s of a 0.2 s staging commit with
+    14,500 log files on local disk). Clean-up can only delete files older than the
+    latest checkpoint anyway, so doing it when a checkpoint is written, as Delta on
+    Spark does, removes the same files. ``delta.enableExpiredLogCleanup=false`` is
+    honoured.
+    """
+    config = table.metadata().configuration
+    try:
+        interval = max(1, int(config.get("delta.checkpointInterval", "100")))
+    except ValueError:
+        interval = 100
+    enabled = config.get("delta.enableExpiredLogCleanup", "true").strip().lower() != "false"
+    # delta-rs checkpoints the version v with (v + 1) % interval == 0; the next commit
+    # is table.version() + 1 (another writer may take it: clean-up then waits a round).
+    due = (table.version() + 2) % interval == 0
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=enabled and due)
 
 
 def commit_properties(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -43,7 +44,15 @@ from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.deltalog import arrow_schema, commit_properties, is_local, now_ms, plain, refresh
+from deltasink.deltalog import (
+    arrow_schema,
+    commit_properties,
+    is_local,
+    now_ms,
+    plain,
+    post_commit_hooks,
+    refresh,
+)
 from deltasink.errors import CommitError, FencedError, StorageError
 from deltasink.guards import PROP_APP, PROP_TARGET, check_owner
 from deltasink.protocol import DiscardReason, StagedVersion
@@ -292,6 +301,7 @@ class StagingTable:
                 table.alter.set_table_properties(
                     {PROP_EPOCH: str(epoch)},
                     raise_if_not_exists=False,
+                    post_commithook_properties=post_commit_hooks(table),
                     commit_properties=commit_properties(
                         app_id=self.app_id,
                         version=None,
@@ -417,6 +427,7 @@ class StagingTable:
                 mode="append",
                 schema=DeltaSchema.from_arrow(arrow_schema(table)),
                 partition_by=[VERSION_COLUMN],
+                post_commithook_properties=post_commit_hooks(table),
                 commit_properties=commit_properties(
                     app_id=self.app_id,
                     version=version,
@@ -476,6 +487,7 @@ class StagingTable:
         table.alter.set_table_properties(
             {PROP_QUARANTINE: json.dumps(records, sort_keys=True)},
             raise_if_not_exists=False,
+            post_commithook_properties=post_commit_hooks(table),
             commit_properties=commit_properties(
                 app_id=self.app_id,
                 version=None,
@@ -534,7 +546,11 @@ class StagingTable:
                     last_updated=now_ms(),
                 )
             ]
-        table.delete(f"{VERSION_COLUMN} IN ({listed})", commit_properties=props)
+        table.delete(
+            f"{VERSION_COLUMN} IN ({listed})",
+            commit_properties=props,
+            post_commithook_properties=post_commit_hooks(table),
+        )
 
     def gc(self, retention: timedelta, *, dry_run: bool = False) -> GcResult:
         """Expire what no staged version needs any more, and compact the log.
@@ -575,7 +591,28 @@ class StagingTable:
             table.update_incremental()
             table.create_checkpoint()
             table.cleanup_metadata()
+            if is_local(self.uri):
+                self._remove_empty_directories(table)
         return GcResult(tuple(sorted(files)), dry_run)
+
+    def _remove_empty_directories(self, table: DeltaTable) -> None:
+        """Remove the empty partition directories VACUUM leaves behind on a local
+        filesystem (one per version ever staged), but only of versions at or below
+        the committed mark: those are never staged again, so no writer is about to
+        put a file into them. Object stores have no directories to leave behind."""
+        mark = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
+        if mark is None:
+            return
+        prefix = f"{VERSION_COLUMN}="
+        with os.scandir(self.uri) as entries:
+            for entry in entries:
+                if not entry.name.startswith(prefix) or not entry.is_dir():
+                    continue
+                try:
+                    if int(entry.name[len(prefix) :]) <= mark:
+                        os.rmdir(entry.path)  # fails, harmlessly, unless empty
+                except (ValueError, OSError):
+                    continue
 
 
 def _quarantine_records(table: DeltaTable) -> dict[str, dict[str, str]]:

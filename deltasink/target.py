@@ -18,7 +18,7 @@ from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN
-from deltasink.deltalog import arrow_schema, commit_properties, refresh
+from deltasink.deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
 from deltasink.errors import CommitError
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
 from deltasink.protocol import CommitResult
@@ -215,6 +215,7 @@ class TargetTable:
                 # the whole source in the join: large batches stream instead (memory).
                 streamed_exec=not prune or values.num_rows >= STREAM_ABOVE_ROWS,
                 commit_properties=props,
+                post_commithook_properties=post_commit_hooks(table),
             )
             metrics = plan.apply_to(merger).execute()
         if table.version() == before:
@@ -225,6 +226,7 @@ class TargetTable:
                 mode="append",
                 schema=DeltaSchema.from_arrow(arrow_schema(table)),
                 commit_properties=props,
+                post_commithook_properties=post_commit_hooks(table),
             )
             table.update_incremental()
         _faults.point("publish.after_target_commit")
@@ -252,6 +254,7 @@ class TargetTable:
                 mode="append",
                 schema_mode="merge" if spec.schema_evolution else None,
                 commit_properties=props,
+                post_commithook_properties=post_commit_hooks(table),
             )
         return values.num_rows
 

@@ -179,10 +179,20 @@ def test_gc_expires_unreferenced_files_and_keeps_pending_ones(target: str) -> No
     remaining = support.staged_files_on_disk(sink.staging)
     assert len(remaining) == 1
     assert "_deltasink_version=2/" in remaining[0]
+    # the emptied directories of committed versions go; aborted 3 waits for the mark
+    assert partition_dirs(sink.staging) == [2, 3]
     assert sink.status().pending_versions == [2]
     assert sink.recover().committed_versions == [2]
     assert support.ids(target) == [0, 1, 2]
     assert list(Path(sink.staging, "_delta_log").glob("*.checkpoint.parquet"))
+    sink.write(batch(4), 4)
+    sink.gc(retention=0)
+    assert partition_dirs(sink.staging) == []  # 2 and 4 committed, 3 now below the mark
+    assert sink.status().pending_versions == []
+
+
+def partition_dirs(staging: str) -> list[int]:
+    return sorted(int(p.name.split("=")[1]) for p in Path(staging).glob("_deltasink_version=*"))
 
 
 def test_gc_keeps_files_younger_than_the_retention(target: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltasink import DeltaSink, MergeSpec
+from deltasink.deltalog import post_commit_hooks
 from deltasink.merge import key_ranges
 from deltasink.staging import StagingTable
 from tests import support
@@ -254,3 +255,52 @@ def test_pruning_is_used_only_when_it_skips_most_files(target: str) -> None:
     sink.write(pa.table({"id": [1, 38], "v": ["new", "new"]}), 1)  # spans all four files
     assert ">=" not in merge_predicate(target)
     assert {r["id"] for r in support.rows(target) if r["v"] == "new"} == {1, 31, 35, 38}
+
+
+# -- post-commit hooks --------------------------------------------------------------------
+
+
+def test_log_cleanup_runs_only_on_checkpoint_commits(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [0]}), configuration={"delta.checkpointInterval": "4"})
+    table = DeltaTable(uri)
+    due = []
+    for _ in range(8):
+        due.append(post_commit_hooks(table).cleanup_expired_logs)
+        write_deltalake(table, pa.table({"id": [1]}), mode="append")
+        table.update_incremental()
+    # the commit made at version v is checkpointed when (v + 1) % 4 == 0: v = 3, 7
+    assert due == [False, False, True, False, False, False, True, False]
+    assert sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet")) == [
+        f"{3:020d}.checkpoint.parquet",
+        f"{7:020d}.checkpoint.parquet",
+    ]
+    table.alter.set_table_properties({"delta.enableExpiredLogCleanup": "false"})
+    write_deltalake(table, pa.table({"id": [1]}), mode="append")
+    table.update_incremental()  # version 10: the next commit is checkpointed, but no clean-up
+    assert (table.version(), post_commit_hooks(table).cleanup_expired_logs) == (10, False)
+
+
+def test_expired_logs_are_still_cleaned_around_checkpoints(target: str) -> None:
+    write_deltalake(
+        target,
+        pa.table({"id": pa.array([], pa.int64()), "v": pa.array([], pa.string())}),
+        configuration={
+            "delta.checkpointInterval": "4",
+            "delta.logRetentionDuration": "interval 0 seconds",
+        },
+    )
+    sink = DeltaSink(target, "cleanup", MergeSpec(keys=["id"]))
+    for version in range(9):  # target versions 1-9
+        sink.write(pa.table({"id": [version % 3], "v": [f"v{version}"]}), version)
+    log = sorted(p.name for p in (Path(target) / "_delta_log").iterdir())
+    # clean-up ran with the checkpoint of version 7: every commit before it is gone
+    assert log == sorted(
+        [*(f"{v:020d}.json" for v in (7, 8, 9)), f"{7:020d}.checkpoint.parquet", "_last_checkpoint"]
+    )
+    assert support.rows(target) == [
+        {"id": 0, "v": "v6"},
+        {"id": 1, "v": "v7"},
+        {"id": 2, "v": "v8"},
+    ]
+    assert support.marker(target, "cleanup") == 8
