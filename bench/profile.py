@@ -19,6 +19,7 @@ import argparse
 import cProfile
 import pstats
 import statistics
+from pathlib import Path
 from typing import Any
 
 from bench.baselines import bare_merge, open_table
@@ -27,6 +28,7 @@ from bench.data import fresh_target, make_batch, parquet_batch, steady_sink, tar
 
 __all__ = ["main"]
 
+_REPO = str(Path(__file__).resolve().parent.parent) + "/"
 _INTERESTING = ("/deltasink/", "/deltalake/", "/pyarrow/", "RawDeltaTable", "pyarrow.")
 
 
@@ -37,7 +39,7 @@ def _rows(stats: pstats.Stats, reps: int, top: int) -> list[tuple[float, float, 
         where = f"{path}:{line}({func})"
         if not any(key in where for key in _INTERESTING):
             continue
-        short = where.split("/site-packages/")[-1].split("/work/main/")[-1]
+        short = where.split("/site-packages/")[-1].split(_REPO)[-1]
         rows.append((cumtime / reps, tottime / reps, calls // reps, short))
     rows.sort(reverse=True)
     return rows[:top]
