@@ -155,8 +155,7 @@ class StagingTable:
         table = self.open()
         if table is None:
             return (), {}, None
-        mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
-        return self._versions(table), _quarantine_of(table), mark
+        return self._versions(table), _quarantine_of(table), self._mark(table)
 
     def quarantined(self) -> dict[int, str]:
         """Quarantined versions and why (from the table properties)."""
@@ -356,6 +355,9 @@ class StagingTable:
         table = self.open()
         if table is None:
             return None
+        return self._mark(table)
+
+    def _mark(self, table: DeltaTable) -> int | None:
         mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
         return mark
 
@@ -600,7 +602,7 @@ class StagingTable:
         filesystem (one per version ever staged), but only of versions at or below
         the committed mark: those are never staged again, so no writer is about to
         put a file into them. Object stores have no directories to leave behind."""
-        mark = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
+        mark = self._mark(table)
         if mark is None:
             return
         prefix = f"{VERSION_COLUMN}="
