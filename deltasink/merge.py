@@ -11,7 +11,9 @@ For ``upsert`` the clauses are, in order (first matching clause wins)::
     WHEN MATCHED [AND NOT s.delete] [AND newer] THEN UPDATE SET <columns>
     WHEN NOT MATCHED [AND NOT s.delete] THEN INSERT <columns>
 
-where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set.
+where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set (a
+coalesced batch compares ``s.<guard>`` instead of ``s.seq``: see
+:func:`deltasink.batch.coalesce`).
 ``insert`` has only the last clause; ``append`` is not a MERGE at all.
 """
 
@@ -25,7 +27,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.batch import DELETE_COLUMN, quote
+from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.spec import MergeSpec
 
 __all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges"]
@@ -157,7 +159,12 @@ def key_ranges(batch: pa.Table, keys: Sequence[str]) -> str | None:
 
 
 def compile_merge(
-    spec: MergeSpec, columns: Sequence[str], *, has_delete: bool, prune: str | None = None
+    spec: MergeSpec,
+    columns: Sequence[str],
+    *,
+    has_delete: bool,
+    prune: str | None = None,
+    has_guard: bool = False,
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -167,20 +174,24 @@ def compile_merge(
         has_delete: Whether the staged batch carries the delete flag column.
         prune: A target-only predicate true for every target row that can match
             (see :func:`key_ranges`), added to the join condition.
+        has_guard: Whether the batch carries :data:`~deltasink.batch.GUARD_COLUMN`
+            (a coalesced batch with ``sequence_by`` and deletes), the sequence value
+            a target row is compared with.
     """
     if spec.mode == "append":
         raise ValueError("append is not a MERGE; write the rows instead")
     on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
     if prune:
         on = f"{on} AND {prune}"
-    data_columns = tuple(c for c in columns if c != DELETE_COLUMN)
+    data_columns = tuple(c for c in columns if c not in (DELETE_COLUMN, GUARD_COLUMN))
     updates = tuple(c for c in data_columns if c not in spec.keys)
     is_delete = f"{SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
     not_delete = f"NOT {SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
     newer = None
     if spec.sequence_by:
         seq = quote(spec.sequence_by)
-        newer = f"{TARGET}.{seq} IS NULL OR {SOURCE}.{seq} >= {TARGET}.{seq}"
+        against = quote(GUARD_COLUMN) if has_guard else seq
+        newer = f"{TARGET}.{seq} IS NULL OR {SOURCE}.{against} >= {TARGET}.{seq}"
     clauses: list[Clause] = []
     if spec.mode == "upsert":
         if is_delete:

@@ -23,7 +23,7 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from deltasink import DeltaSink, MergeSpec
-from deltasink.backends.spark.publish import key_prune, merge_sql, source_sql
+from deltasink.backends.spark.publish import guarded, key_prune, merge_sql, source_sql
 from deltasink.backends.spark.tables import table_ref
 from tests import support
 
@@ -127,6 +127,27 @@ CASES = {
             {"id": 5, "ts": 1, "op": "I"},
         ),
     ),
+    # Issue 11, defect 1: a delete leaves no sequence behind, so a later version's
+    # OLDER row inserts the key again; coalesced must end as one-by-one does.
+    "late-older-rows-after-a-delete": Case(
+        SEQ_DEL,
+        (
+            t(id=[1], ts=[1], op=["U"]),
+            t(id=[1, 3], ts=[5, 5], op=["D", "D"]),
+            t(id=[1, 3], ts=[3, 3], op=["U", "U"]),
+        ),
+        ({"id": 1, "ts": 3, "op": "U"}, {"id": 3, "ts": 3, "op": "U"}),
+    ),
+    "delete-reinsert-delete-with-ties": Case(
+        SEQ_DEL,
+        (
+            t(id=[1, 2, 3], ts=[4, 4, 9], op=["U", "U", "U"]),
+            t(id=[1, 2, 3], ts=[4, 6, 2], op=["D", "D", "D"]),
+            t(id=[1, 2, 3], ts=[2, 1, 8], op=["U", "U", "U"]),
+            t(id=[1, 2, 3], ts=[2, 1, 1], op=["D", "U", "D"]),
+        ),
+        ({"id": 2, "ts": 1, "op": "U"}, {"id": 3, "ts": 9, "op": "U"}),
+    ),
     "composite-integer-and-date-key": Case(
         MergeSpec(keys=["id", "day"]),
         (
@@ -178,7 +199,14 @@ def run_spark_sql(spark: Any, sink: DeltaSink, case: Case, *, coalesced: bool) -
         target = spark.sql(f"SELECT * FROM {target_ref}").schema
         prune = key_prune(spark, staging_ref, group, case.spec.keys, target)
         assert prune is not None  # every case has an integer key
-        statement = merge_sql(target_ref, case.spec, columns[group[0] - 1], source, prune=prune)
+        statement = merge_sql(
+            target_ref,
+            case.spec,
+            columns[group[0] - 1],
+            source,
+            prune=prune,
+            has_guard=guarded(case.spec, group),
+        )
         spark.sql(statement).collect()
         statements.append(statement)
     return statements

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import DELETE_COLUMN, quote
+from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.errors import CommitError
 from deltasink.history import history_from_commits, user_metadata
 from deltasink.merge import compile_merge, key_ranges
@@ -30,7 +30,7 @@ from .logs import SparkLogs
 from .session import SparkSql, is_conflict
 from .tables import RANK_COLUMN, Tables, fill_select, struct
 
-__all__ = ["TargetWriter", "key_prune", "merge_sql", "source_sql"]
+__all__ = ["TargetWriter", "guarded", "key_prune", "merge_sql", "source_sql"]
 
 logger = logging.getLogger("deltasink")
 
@@ -40,12 +40,24 @@ logger = logging.getLogger("deltasink")
 _PRUNABLE = ("byte", "short", "integer", "long", "date")
 
 
+def guarded(spec: MergeSpec, versions: Sequence[int]) -> bool:
+    """Whether :func:`source_sql` of ``versions`` carries the sequence guard column
+    (several versions coalesced, ``upsert`` with ``sequence_by`` and ``delete_when``)."""
+    return (
+        len(versions) > 1
+        and spec.mode == "upsert"
+        and spec.sequence_by is not None
+        and spec.delete_when is not None
+    )
+
+
 def source_sql(
     staging_ref: str, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec
 ) -> str:
     """The staged rows of ``versions`` as one query; several versions are coalesced
     as :func:`deltasink.batch.coalesce` does (upsert: the latest row per key, by
-    ``sequence_by`` then version; insert: the earliest version's row)."""
+    ``sequence_by`` then version; insert: the earliest version's row; upsert with
+    ``sequence_by`` and deletes: the fold's row and its guard, see :func:`guarded`)."""
     cols = [quote(c) for c in columns]
     if spec.delete_when:
         cols.append(f"coalesce({quote(DELETE_COLUMN)}, false) AS {quote(DELETE_COLUMN)}")
@@ -53,16 +65,45 @@ def source_sql(
     where = f"{quote(VERSION_COLUMN)} IN ({listed})"
     if len(versions) == 1 or spec.mode == "append":
         return f"SELECT {', '.join(cols)} FROM {staging_ref} WHERE {where}"
+    partition = ", ".join(quote(k) for k in spec.keys)
+    if guarded(spec, versions):
+        assert spec.sequence_by is not None
+        return _folded_sql(staging_ref, where, cols, partition, quote(spec.sequence_by))
     order = (
         [f"{quote(spec.sequence_by)} DESC"] if spec.mode == "upsert" and spec.sequence_by else []
     )
     order.append(f"{quote(VERSION_COLUMN)} {'DESC' if spec.mode == 'upsert' else 'ASC'}")
-    partition = ", ".join(quote(k) for k in spec.keys)
     ranked = (
         f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY {', '.join(order)}) "
         f"AS {quote(RANK_COLUMN)} FROM {staging_ref} WHERE {where}"
     )
     return f"SELECT {', '.join(cols)} FROM ({ranked}) WHERE {quote(RANK_COLUMN)} = 1"
+
+
+def _folded_sql(staging_ref: str, where: str, cols: Sequence[str], partition: str, seq: str) -> str:
+    """:func:`deltasink.batch.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
+    the *records* of a key are its rows whose sequence is above every later version's;
+    the row kept is the first record that is not a delete (else the first record), and
+    the guard is the key's highest sequence."""
+    version, delete = quote(VERSION_COLUMN), quote(DELETE_COLUMN)
+    later = (
+        f"max({seq}) OVER (PARTITION BY {partition} ORDER BY {version} "
+        "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)"
+    )
+    scored = (
+        f"SELECT *, max({seq}) OVER (PARTITION BY {partition}) AS {quote(GUARD_COLUMN)}, "
+        f"{later} AS `_deltasink_later` FROM {staging_ref} WHERE {where}"
+    )
+    records = (
+        f"SELECT * FROM ({scored}) WHERE `_deltasink_later` IS NULL OR {seq} > `_deltasink_later`"
+    )
+    ranked = (
+        f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY "
+        f"CASE WHEN coalesce({delete}, false) THEN 1 ELSE 0 END, {version}) "
+        f"AS {quote(RANK_COLUMN)} FROM ({records})"
+    )
+    selected = [*cols, quote(GUARD_COLUMN)]
+    return f"SELECT {', '.join(selected)} FROM ({ranked}) WHERE {quote(RANK_COLUMN)} = 1"
 
 
 def merge_sql(
@@ -72,11 +113,15 @@ def merge_sql(
     source: str,
     *,
     prune: str | None = None,
+    has_guard: bool = False,
 ) -> str:
     """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
     :class:`~deltasink.merge.MergePlan` the embedded engine runs; ``prune`` (see
-    :func:`key_prune`) is added to its join condition."""
-    plan = compile_merge(spec, columns, has_delete=spec.delete_when is not None, prune=prune)
+    :func:`key_prune`) is added to its join condition; ``has_guard``: the source
+    carries the sequence guard (:func:`guarded`)."""
+    plan = compile_merge(
+        spec, columns, has_delete=spec.delete_when is not None, prune=prune, has_guard=has_guard
+    )
     return plan.to_sql(target_ref, f"({source})")
 
 
@@ -214,7 +259,14 @@ class TargetWriter:
                 wanted = struct([f for f in staged.fields if f.name in set(columns)])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
             prune = key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
-            statement = merge_sql(t.target_ref, spec, columns, source, prune=prune)
+            statement = merge_sql(
+                t.target_ref,
+                spec,
+                columns,
+                source,
+                prune=prune,
+                has_guard=guarded(spec, versions),
+            )
             with delta_txn(spark, t.app_id, version, user_metadata=metadata):
                 spark.sql(statement).collect()
         _faults.point("publish.after_target_commit")
