@@ -12,12 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
-from deltasink.batch import DELETE_COLUMN
+from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
 from deltasink.errors import CommitError
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
@@ -176,7 +176,10 @@ class TargetTable:
                 version=version,
             )
         flag = data.column(DELETE_COLUMN) if DELETE_COLUMN in data.column_names else None
-        values = data.drop_columns([DELETE_COLUMN]) if flag is not None else data
+        guard = data.column(GUARD_COLUMN) if GUARD_COLUMN in data.column_names else None
+        values = data.drop_columns(
+            [c for c in (DELETE_COLUMN, GUARD_COLUMN) if c in data.column_names]
+        )
         values = align_to_target(
             values,
             arrow_schema(table),
@@ -192,10 +195,17 @@ class TargetTable:
         elif (overlap := self._overlap(table, values, spec)) == 0.0:
             # Insert-only fast path: no key of the batch can exist in the target, so
             # the MERGE would only insert. Deletes of absent keys are no-ops.
+            # The append is blind (Delta checks it against nothing), so it must land on
+            # exactly the snapshot whose statistics proved the keys absent: no commit
+            # retries; a concurrent commit fails it and the next attempt decides anew.
             rows = values if flag is None else values.filter(pc.invert(flag))
-            metrics["num_target_rows_inserted"] = self._append(table, rows, spec, props)
+            metrics["num_target_rows_inserted"] = self._append(
+                table, rows, spec, props, max_commit_retries=0
+            )
         else:
             source = values if flag is None else values.append_column(DELETE_COLUMN, flag)
+            if guard is not None:
+                source = source.append_column(GUARD_COLUMN, guard)
             # Pruning pays when the batch's key range misses most of the target's files;
             # when it touches most of them, the plain streamed MERGE is cheaper.
             prune = overlap is None or overlap <= PRUNE_WHEN_OVERLAP_AT_MOST
@@ -204,6 +214,7 @@ class TargetTable:
                 values.column_names,
                 has_delete=flag is not None,
                 prune=key_ranges(values, spec.keys) if prune else None,
+                has_guard=guard is not None,
             )
             merger = table.merge(
                 source,
@@ -242,8 +253,24 @@ class TargetTable:
         )
 
     @staticmethod
-    def _append(table: DeltaTable, values: pa.Table, spec: MergeSpec, props: Any) -> int:
-        """Append ``values`` (absent nullable columns filled with nulls, as Delta does)."""
+    def _append(
+        table: DeltaTable,
+        values: pa.Table,
+        spec: MergeSpec,
+        props: CommitProperties,
+        *,
+        max_commit_retries: int | None = None,
+    ) -> int:
+        """Append ``values`` (absent nullable columns filled with nulls, as Delta does).
+
+        ``max_commit_retries=0`` makes the append fail, rather than land on a newer
+        snapshot, when anyone committed since ``table`` was read."""
+        if max_commit_retries is not None:
+            props = CommitProperties(
+                custom_metadata=props.custom_metadata,
+                app_transactions=props.app_transactions,
+                max_commit_retries=max_commit_retries,
+            )
         for column in arrow_schema(table):
             if column.name not in values.column_names:
                 values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
@@ -261,18 +288,21 @@ class TargetTable:
     @staticmethod
     def _overlap(table: DeltaTable, values: pa.Table, spec: MergeSpec) -> float | None:
         """The share of the target's files whose key statistics overlap the batch's key
-        range: 0.0 proves that no key of the batch exists in the target. ``None`` when
-        it cannot be known: several keys, a key type whose statistics may be
-        truncated (strings), or files without statistics."""
+        range: 0.0 proves that no key of the batch exists in the target.
+
+        ``None`` when the statistics cannot prove it exactly: several keys; a key type
+        whose statistics are not exact bounds (strings and binary may be truncated
+        prefixes, floats ignore NaN and order -0.0 with 0.0, decimals and booleans are
+        left to the MERGE); files without statistics for the key. Integers and dates
+        are exact; timestamps are stored to the microsecond but their statistics are
+        truncated to the millisecond, so each file's range is widened by 1 ms.
+        """
         if len(spec.keys) != 1 or values.num_rows == 0:
             return None
         key = spec.keys[0]
         column = values.column(key)
-        if not (
-            pa.types.is_integer(column.type)
-            or pa.types.is_date(column.type)
-            or pa.types.is_timestamp(column.type)
-        ):
+        kind = column.type
+        if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
             return None
         actions = pa.table(table.get_add_actions(flatten=True))
         if actions.num_rows == 0:
@@ -284,11 +314,14 @@ class TargetTable:
         if mins.null_count or maxs.null_count:
             return None
         bounds = pc.min_max(column)
+        low, high = bounds["min"], bounds["max"]
         try:
-            overlap = pc.and_(
-                pc.less_equal(mins.cast(column.type), bounds["max"]),
-                pc.greater_equal(maxs.cast(column.type), bounds["min"]),
-            )
+            mins, maxs = mins.cast(kind), maxs.cast(kind)
+            if pa.types.is_timestamp(kind):
+                slack: Any = pa.scalar(1_000, pa.duration("us")).cast(pa.duration(kind.unit))
+                mins = pc.subtract_checked(mins, slack)
+                maxs = pc.add_checked(maxs, slack)
+            overlap = pc.and_(pc.less_equal(mins, high), pc.greater_equal(maxs, low))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         return float(pc.sum(overlap.cast(pa.int64())).as_py() or 0) / actions.num_rows
@@ -296,9 +329,9 @@ class TargetTable:
     def _create(self, data: pa.Table, props: Any, versions: list[int]) -> tuple[int, int] | None:
         """Create the target from the batch's inserted rows; ``None`` if another writer
         created it first (the caller then merges)."""
-        rows = data
-        if DELETE_COLUMN in data.column_names:
-            rows = data.filter(pc.invert(data.column(DELETE_COLUMN))).drop_columns([DELETE_COLUMN])
+        rows = data.drop_columns([GUARD_COLUMN]) if GUARD_COLUMN in data.column_names else data
+        if DELETE_COLUMN in rows.column_names:
+            rows = rows.filter(pc.invert(rows.column(DELETE_COLUMN))).drop_columns([DELETE_COLUMN])
         _faults.point("publish.before_target_commit", versions=versions)
         try:
             write_deltalake(

@@ -125,6 +125,76 @@ def test_insert_mode_fast_path_and_merge(target: str) -> None:
     ]
 
 
+# The fast path decides from file statistics alone, so it must be exact for the key type:
+# every key type a user may have, with a batch whose keys exist in the target but hide from
+# (or are indistinguishable in) the statistics. Each must end with one row per key.
+US = dt.timedelta(microseconds=1)
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 1, 1)
+KEY_TYPES = {
+    # statistics truncated to the millisecond: .000900 is above the file's max of .000
+    "timestamp-us": (pa.timestamp("us"), [T0 + 100 * US, T0 + 900 * US], [T0 + 900 * US]),
+    "timestamp-us-utc": (
+        pa.timestamp("us", tz="UTC"),
+        [T0.replace(tzinfo=UTC) + 100 * US],
+        [T0.replace(tzinfo=UTC) + 100 * US, T0.replace(tzinfo=UTC) + 2 * dt.timedelta(days=1)],
+    ),
+    # before 1970 truncation goes the other way for negative epoch offsets
+    "timestamp-before-1970": (
+        pa.timestamp("us"),
+        [dt.datetime(1969, 12, 31, 23, 59, 59, 999_100)],
+        [dt.datetime(1969, 12, 31, 23, 59, 59, 999_100)],
+    ),
+    "timestamp-ns": (pa.timestamp("ns"), [1_000, 900_000], [900_000]),
+    "date": (pa.date32(), [dt.date(2024, 1, 1)], [dt.date(2024, 1, 1), dt.date(2030, 1, 1)]),
+    "decimal": (pa.decimal128(18, 3), [1, 2], [2]),
+    "string-long-shared-prefix": (pa.string(), ["p" * 40 + "a"], ["p" * 40 + "a", "p" * 40 + "b"]),
+    "binary": (pa.binary(), [b"a", b"b"], [b"b"]),
+    "float-negative-zero": (pa.float64(), [0.0, 1.5], [-0.0]),
+    "bool": (pa.bool_(), [True], [True, False]),
+    "int8": (pa.int8(), [-128, 127], [127]),
+}
+
+
+@pytest.mark.parametrize("mode", ["upsert", "insert"])
+@pytest.mark.parametrize("name", sorted(KEY_TYPES))
+def test_statistics_never_let_an_existing_key_be_appended(
+    target: str, name: str, mode: str
+) -> None:
+    kind, first, second = KEY_TYPES[name]
+    spec = MergeSpec(keys=["k"], mode="insert" if mode == "insert" else "upsert")
+    sink = DeltaSink(target, "fast", spec)
+    sink.write(pa.table({"k": pa.array(first, kind), "v": [f"a{i}" for i in range(len(first))]}), 0)
+    sink.write(pa.table({"k": pa.array(second, kind), "v": ["b"] * len(second)}), 1)
+    keys = DeltaTable(target).to_pyarrow_table(columns=["k"]).column("k").to_pylist()
+    expected = {*pa.array(first, kind).to_pylist(), *pa.array(second, kind).to_pylist()}
+    assert sorted(keys, key=repr) == sorted(expected, key=repr)
+    assert support.marker(target, "fast") == 1
+
+
+def test_the_fast_path_still_applies_where_statistics_are_exact(target: str) -> None:
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["ts"]))
+    sink.write(pa.table({"ts": pa.array([T0], pa.timestamp("us")), "v": [1]}), 0)
+    later = T0 + dt.timedelta(milliseconds=2)  # beyond the 1 ms widening
+    sink.write(pa.table({"ts": pa.array([later], pa.timestamp("us")), "v": [2]}), 1)
+    close = T0 + dt.timedelta(microseconds=500)  # within it: statistics cannot tell
+    sink.write(pa.table({"ts": pa.array([close], pa.timestamp("us")), "v": [3]}), 2)
+    assert operations(target) == ["WRITE", "WRITE", "MERGE"]
+    assert len(support.rows(target)) == 3
+
+
+def test_a_file_without_key_statistics_forces_a_merge(target: str) -> None:
+    write_deltalake(
+        target,
+        pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]}),
+        configuration={"delta.dataSkippingNumIndexedCols": "0"},
+    )
+    sink = DeltaSink(target, "fast", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": pa.array([1], pa.int64()), "v": ["b"]}), 0)
+    assert operations(target)[-1] == "MERGE"
+    assert support.rows(target) == [{"id": 1, "v": "b"}]
+
+
 # -- no re-reading of data in memory -------------------------------------------------------
 
 
