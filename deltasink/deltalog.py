@@ -191,9 +191,11 @@ def commit_properties(
     operation: str,
     extra: Mapping[str, Any] | None = None,
     versions: Sequence[int] = (),
+    markers: Mapping[str, int] | None = None,
 ) -> CommitProperties:
     """Commit properties for a deltasink commit: the ``txn`` marker (when ``version``
-    is given) and commit metadata naming the library, the app and the batch."""
+    is given), further ``txn`` markers (``markers``: app id to version) and commit
+    metadata naming the library, the app and the batch."""
     metadata: dict[str, Any] = {
         "userMetadata": user_metadata(operation, app_id, version, versions),
         "deltasink.operation": operation,
@@ -207,9 +209,10 @@ def commit_properties(
     metadata.update(extra or {})
     # lastUpdated matters: Delta on Spark treats a txn without it as expired as soon as
     # delta.setTransactionRetentionDuration is set, and drops it from checkpoints.
-    transactions = (
-        [Transaction(app_id=app_id, version=version, last_updated=now_ms())]
-        if version is not None
-        else None
-    )
-    return CommitProperties(custom_metadata=metadata, app_transactions=transactions)
+    stamp = now_ms()
+    transactions = [
+        Transaction(app_id=app, version=v, last_updated=stamp)
+        for app, v in ([(app_id, version)] if version is not None else [])
+        + list((markers or {}).items())
+    ]
+    return CommitProperties(custom_metadata=metadata, app_transactions=transactions or None)

@@ -11,7 +11,9 @@ what the caller should do next::
     │   └── DuplicateKeyError      one key twice in a batch without ``sequence_by``
     ├── ConfigurationError         fix the sink's configuration or the tables
     │   ├── NotADeltaTableError    the target path holds something that is not Delta
-    │   └── StagingOwnershipError  the staging table belongs to another target or app
+    │   ├── StagingOwnershipError  the staging table belongs to another target or app
+    │   └── MarkerLostError        the target lost this app's txn marker (rewritten or
+    │                              expired) while versions are pending: check by hand
     ├── CommitError                the target was not changed for this version;
     │   │                          ``recover()`` finishes the job once the cause is gone
     │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
@@ -37,6 +39,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidVersionError",
     "KeyColumnError",
+    "MarkerLostError",
     "NotADeltaTableError",
     "SchemaMismatchError",
     "StagingOwnershipError",
@@ -100,6 +103,33 @@ class NotADeltaTableError(ConfigurationError):
 
 class StagingOwnershipError(ConfigurationError):
     """The staging table records another target or app id than this sink's."""
+
+
+class MarkerLostError(ConfigurationError):
+    """The target's ``txn`` marker for this app is below the committed mark the
+    staging table recorded (the target was rebuilt, restored or its markers expired)
+    while versions above that mark are staged. Any of them may already be in the
+    target (committed, its clean-up not yet run), so none is published: a person
+    checks the target and aborts the versions it already holds.
+
+    Attributes:
+        marker: The target's marker (``None``: none).
+        mark: The staging table's committed mark.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        marker: int | None,
+        mark: int,
+        table: str | None = None,
+        app_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table, app_id=app_id, version=version)
+        self.marker = marker
+        self.mark = mark
 
 
 class CommitError(DeltaSinkError):

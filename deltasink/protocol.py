@@ -44,6 +44,7 @@ from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
     ConfigurationError,
+    DeltaSinkError,
     FencedError,
     InvalidVersionError,
 )
@@ -472,6 +473,7 @@ class TwoPhaseCommit(Generic[B]):
                     f"version {staged.version} and later stay staged. Fix the cause and "
                     "run recover() (or `deltasink recover`).",
                     report=report,
+                    table=exc.table if isinstance(exc, DeltaSinkError) else None,
                     app_id=self.app_id,
                     version=staged.version,
                 ) from exc

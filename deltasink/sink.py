@@ -323,7 +323,14 @@ class DeltaSink:
 
         Safe to repeat with the same version after a crash (it changes nothing twice).
         """
-        self._core.pre_commit(df, version)
+        if isinstance(self._backend, EmbeddedBackend):
+            # The stage commit records the publish intent too (saves a staging commit).
+            self._backend.write_through = version
+        try:
+            self._core.pre_commit(df, version)
+        finally:
+            if isinstance(self._backend, EmbeddedBackend):
+                self._backend.write_through = None
         return self.commit(version)
 
     def _after(self, report: CommitReport) -> CommitReport:

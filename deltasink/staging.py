@@ -69,6 +69,9 @@ PROP_SPEC = "deltasink.mergeSpec"
 PROP_EPOCH = "deltasink.epoch"
 PROP_QUARANTINE = "deltasink.quarantine"
 COMMITTED_SUFFIX = "#committed"
+#: ``txn("<app_id>#publishing", v)``: a target commit of versions up to ``v`` may have
+#: been made (recorded before it is attempted; see :class:`~deltasink.guards.MarkGuard`).
+INTENT_SUFFIX = "#publishing"
 #: Staged files are short-lived and read back whole, once: favour writing speed.
 STAGING_PARQUET: dict[str, Any] = {
     "compression": "lz4",
@@ -149,13 +152,16 @@ class StagingTable:
         table = self.open()
         return () if table is None else self._versions(table)
 
-    def snapshot(self) -> tuple[tuple[StagedVersion, ...], dict[int, str], int | None]:
-        """Staged versions, quarantined versions and the committed mark, from ONE read
-        of the log."""
+    def snapshot(
+        self,
+    ) -> tuple[tuple[StagedVersion, ...], dict[int, str], int | None, int | None]:
+        """Staged versions, quarantined versions, the committed mark and the publish
+        intent, from ONE read of the log."""
         table = self.open()
         if table is None:
-            return (), {}, None
-        return self._versions(table), _quarantine_of(table), self._mark(table)
+            return (), {}, None, None
+        intent: int | None = table.transaction_version(self.app_id + INTENT_SUFFIX)
+        return self._versions(table), _quarantine_of(table), self._mark(table), intent
 
     def quarantined(self) -> dict[int, str]:
         """Quarantined versions and why (from the table properties)."""
@@ -361,6 +367,32 @@ class StagingTable:
         mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
         return mark
 
+    def record_intent(self, version: int, *, epoch: int) -> None:
+        """Record, in one commit, that a target commit of versions up to ``version``
+        is about to be attempted (``txn("<app_id>#publishing", version)``).
+
+        Raises:
+            FencedError: ``epoch`` is no longer current.
+        """
+        table = self.check_epoch(epoch)
+        if table is None:
+            return
+        table.create_write_transaction(
+            [],
+            mode="append",
+            schema=DeltaSchema.from_arrow(arrow_schema(table)),
+            partition_by=[VERSION_COLUMN],
+            post_commithook_properties=post_commit_hooks(table),
+            commit_properties=commit_properties(
+                app_id=self.app_id,
+                version=None,
+                operation="publish-intent",
+                markers={self.app_id + INTENT_SUFFIX: version},
+                extra={"deltasink.epoch": epoch},
+            ),
+        )
+        table.update_incremental()
+
     def record_spec(self, spec: MergeSpec) -> None:
         """Record ``spec`` as the one future versions are staged with."""
         table = self.open()
@@ -368,9 +400,17 @@ class StagingTable:
             table.alter.set_table_properties({PROP_SPEC: spec.to_json()}, raise_if_not_exists=False)
 
     def append(
-        self, version: int, data: pa.Table, *, epoch: int, verified: bool = False
+        self,
+        version: int,
+        data: pa.Table,
+        *,
+        epoch: int,
+        verified: bool = False,
+        intent: bool = False,
     ) -> StagedVersion:
-        """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``.
+        """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``
+        (and, with ``intent``, the publish intent of :meth:`record_intent`, for a
+        version published right after: ``write()``).
 
         A failure before the commit leaves at most an unreferenced file (removed here
         when possible, otherwise by ``VACUUM``); the version is then not staged.
@@ -379,7 +419,9 @@ class StagingTable:
             FencedError: ``epoch`` is no longer current (checked before writing, and
                 again if the commit conflicts).
         """
-        return self._commit_version(version, data, epoch=epoch, replace=False, verified=verified)
+        return self._commit_version(
+            version, data, epoch=epoch, replace=False, verified=verified, intent=intent
+        )
 
     def replace(self, version: int, data: pa.Table, *, epoch: int) -> StagedVersion:
         """Replace the staged data of ``version`` with ``data`` in ONE commit (the old
@@ -392,7 +434,14 @@ class StagingTable:
         return self._commit_version(version, data, epoch=epoch, replace=True)
 
     def _commit_version(
-        self, version: int, data: pa.Table, *, epoch: int, replace: bool, verified: bool = False
+        self,
+        version: int,
+        data: pa.Table,
+        *,
+        epoch: int,
+        replace: bool,
+        verified: bool = False,
+        intent: bool = False,
     ) -> StagedVersion:
         table = self.open(fresh=False) if verified else self.check_epoch(epoch)
         if table is None:
@@ -434,6 +483,7 @@ class StagingTable:
                     app_id=self.app_id,
                     version=version,
                     operation="restage" if replace else "stage",
+                    markers={self.app_id + INTENT_SUFFIX: version} if intent else None,
                     extra={
                         "deltasink.rows": data.num_rows,
                         "deltasink.target": self.target,

@@ -55,6 +55,7 @@ def test_every_section_is_covered() -> None:
         "Two writers with the same app_id",
         "I need to re-run a day",
         "Housekeeping",
+        "The target lost its markers (`MarkerLostError`)",
     }
 
 
@@ -129,3 +130,33 @@ def test_housekeeping(target: str) -> None:
     code, output = run(gc.replace("168", "0") + " --dry-run", target)
     assert code == 0
     assert "would remove 1 file(s)" in output
+
+
+def test_the_target_lost_its_markers(target: str) -> None:
+    import shutil
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from deltasink._faults import armed
+
+    def clean_up_fails(**_: object) -> None:
+        raise OSError("clean-up failed")
+
+    job = DeltaSink(target, "orders-ingest", UPSERT)
+    job.write(batch(1), 40)
+    job.write(batch(2), 41)
+    job.pre_commit(batch(3), 42)
+    with armed("discard.before_log_commit", clean_up_fails):
+        assert job.commit(42).committed_versions == [42]  # its clean-up did not run
+    rows = DeltaTable(target).to_pyarrow_table()
+    shutil.rmtree(target)
+    write_deltalake(target, rows)  # rebuilt from a copy: holds version 42, no markers
+    code, output = run(f"deltasink recover {DOC_TARGET} --app orders-ingest", target)
+    assert code == 4
+    assert "may already be in the target" in output
+    assert support.ids(target) == [1, 2, 3]
+    abort, recover = sections()["The target lost its markers (`MarkerLostError`)"]
+    assert run(abort, target)[0] == 0  # the copy holds it
+    assert run(recover, target)[0] == 0
+    DeltaSink(target, "orders-ingest", UPSERT).write(batch(4), 43)
+    assert support.ids(target) == [1, 2, 3, 4]

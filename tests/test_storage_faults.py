@@ -33,6 +33,7 @@ from deltasink import (
     ConfigurationError,
     DeltaSink,
     DeltaSinkError,
+    MarkerLostError,
     MergeSpec,
     NotADeltaTableError,
     SchemaMismatchError,
@@ -428,12 +429,6 @@ def test_target_dropped_by_another_tool_gets_pending_versions_but_no_replays(
     assert support.marker(pending.target, "job") == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: the committed-version guard is written by the staging clean-up; "
-    "a version whose clean-up did not run is applied a second time to a rebuilt "
-    "target (ids [0, 1, 2, 2]) instead of a named error asking the operator",
-)
 def test_rebuilt_target_is_not_given_a_committed_version_twice(target: str) -> None:
     sink = DeltaSink(target, "job", APPEND)
     sink.write(batch(0), 0)
@@ -446,6 +441,51 @@ def test_rebuilt_target_is_not_given_a_committed_version_twice(target: str) -> N
     write_deltalake(target, rows)  # another tool rebuilds it from a copy: ids 0, 1, 2
     error = raised(DeltaSink(target, "job", APPEND).recover)
     assert error is None or error.table in (target, sink.staging)
+    assert support.ids(target) == [0, 1, 2]
+    # The refusal is named, and the runbook's way out works: the copy holds version 2,
+    # so the operator aborts it; the writer then carries on after the mark.
+    assert isinstance(error, CommitError)
+    assert isinstance(error.__cause__, MarkerLostError)
+    assert (error.__cause__.marker, error.__cause__.mark, error.version) == (None, 1, 2)
+    operator = DeltaSink(target, "job", APPEND)
+    assert operator.abort(2)
+    operator.write(batch(3), 3)
+    assert support.ids(target) == [0, 1, 2, 3]
+    assert support.marker(target, "job") == 3
+
+
+def test_delta_rs_drops_expired_txn_markers_when_it_loads_a_snapshot(target: str) -> None:
+    """Pins the engine behaviour the guard exists for (deltalake 1.6.6): with
+    ``delta.setTransactionRetentionDuration`` set, a marker whose ``lastUpdated`` is
+    older is gone from every newly loaded snapshot, no checkpoint needed."""
+    sink = DeltaSink(target, "job", APPEND)
+    sink.write(batch(0), 0)
+    sink.write(batch(1), 1)
+    assert support.marker(target, "job") == 1
+    DeltaTable(target).alter.set_table_properties(
+        {"delta.setTransactionRetentionDuration": "interval 1 seconds"}
+    )
+    time.sleep(1.5)
+    assert support.marker(target, "job") is None  # expired on load
+    restarted = DeltaSink(target, "job", APPEND)
+    assert restarted.status().committed_version == 1  # the staging's mark still knows
+    assert restarted.write(batch(1), 1).committed_versions == []  # a replay: no-op
+    restarted.write(batch(2), 2)
+    assert support.ids(target) == [0, 1, 2]
+    assert support.marker(target, "job") == 2
+
+
+def test_expired_markers_with_nothing_pending_go_on_from_the_staging_mark(target: str) -> None:
+    sink = DeltaSink(target, "job", APPEND)
+    sink.write(batch(0), 0)
+    sink.write(batch(1), 1)
+    rows = DeltaTable(target).to_pyarrow_table()
+    shutil.rmtree(target)
+    write_deltalake(target, rows)  # markers gone, every committed version cleaned up
+    restarted = DeltaSink(target, "job", APPEND)
+    assert restarted.recover().committed_versions == []
+    assert restarted.write(batch(1), 1).committed_versions == []  # still a replay
+    restarted.write(batch(2), 2)
     assert support.ids(target) == [0, 1, 2]
 
 

@@ -72,6 +72,11 @@ class EmbeddedBackend:
         self._guard = MarkGuard(app_id, target.uri)
         # The last staged batch, kept so that write() publishes without re-reading it.
         self._last: tuple[int, pa.Table] | None = None
+        # The highest publish intent this backend recorded, and the version write() is
+        # about to stage and publish (its stage commit carries the intent).
+        self._intent: int | None = None
+        self._foreign_intent: int | None = None  # the last intent read that was not ours
+        self.write_through: int | None = None
 
     # -- configuration -------------------------------------------------------------
 
@@ -129,8 +134,13 @@ class EmbeddedBackend:
     # -- Participant -------------------------------------------------------------------
 
     def read_state(self) -> LogState:
-        staged, quarantined, mark = self.staging.snapshot()
-        committed = self._guard.committed(self.target.committed_version(self.app_id), mark)
+        staged, quarantined, mark, intent = self.staging.snapshot()
+        if intent is not None and intent == self._intent:
+            intent = self._foreign_intent  # our own announcement makes nothing ambiguous
+        else:
+            self._foreign_intent = intent
+        marker = self.target.committed_version(self.app_id)
+        committed = self._guard.committed(marker, mark, intent)
         return LogState(committed, staged, quarantined)
 
     def stage(self, batch: object, version: int) -> StagedVersion:
@@ -151,9 +161,22 @@ class EmbeddedBackend:
         if recorded is not None and recorded != spec:
             self.staging.record_spec(spec)
             self.staging.check_epoch(epoch)
-        staged = self.staging.append(version, data, epoch=epoch, verified=True)
+        intent = self.write_through == version
+        staged = self.staging.append(version, data, epoch=epoch, verified=True, intent=intent)
+        if intent:
+            self._intent = version
         self._last = (version, data)
         return staged
+
+    def _announce(self, version: int) -> None:
+        """Record the publish intent for ``version`` unless already recorded (the stage
+        commit of ``write()`` carries it; other paths pay one staging commit)."""
+        if self._intent is not None and self._intent >= version:
+            return
+        epoch = self._fence()
+        if epoch is not None:
+            self.staging.record_intent(version, epoch=epoch)
+            self._intent = version
 
     def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:
         data = prepare(
@@ -168,6 +191,8 @@ class EmbeddedBackend:
         return self.staging.read(version)
 
     def publish(self, staged: StagedVersion) -> CommitResult:
+        self._guard.check_publish(staged.version)
+        self._announce(staged.version)
         result = self.target.apply(
             self._data(staged.version),
             spec=self.spec_for_staged(),
@@ -180,6 +205,8 @@ class EmbeddedBackend:
         return result
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
+        self._guard.check_publish(staged[0].version)
+        self._announce(staged[-1].version)
         spec = self.spec_for_staged()
         cached = {self._last[0]: self._last[1]} if self._last is not None else {}
         missing = [s.version for s in staged if s.version not in cached]

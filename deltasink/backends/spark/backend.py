@@ -199,6 +199,7 @@ class SparkBackend:
         ``txn(app_id, version)``; a no-op returning ``already_committed`` when the
         target's marker covers it (checked here, and by Delta itself in the commit)."""
         self._fence.fence()
+        self._logs.check_publish(staged.version)
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
         return self._target_writer.apply([staged.version], columns, spec, staged.rows)
@@ -212,6 +213,7 @@ class SparkBackend:
                 marker moved inside the run; the caller then goes one by one.
         """
         self._fence.fence()
+        self._logs.check_publish(staged[0].version)
         spec = self.spec_for_staged()
         versions = [s.version for s in staged]
         columns = {self._logs.columns(v) for v in versions}

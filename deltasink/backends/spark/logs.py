@@ -109,6 +109,11 @@ class SparkLogs:
         self._target_committed: int | None = None
         self._guard = MarkGuard(tables.app_id, tables.target)
 
+    def check_publish(self, version: int) -> None:
+        """Refuse ``version`` if the last state read showed the target's marker lost
+        (:meth:`deltasink.guards.MarkGuard.check_publish`)."""
+        self._guard.check_publish(version)
+
     # -- the staging table -------------------------------------------------------------
 
     def staging_props(self) -> dict[str, str] | None:
