@@ -3,13 +3,17 @@
 #   make test    set up (if needed) and run the whole test suite
 #   make lint    ruff + mypy
 #   make bench   benchmarks (see bench/README.md)
+#   make test-spark35   the PySpark 3.5 suite (Databricks 14.3-15.4 LTS), in .venv-spark35/
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deltasink-installed
 
-.PHONY: setup demo test lint fmt check clean bench
+VENV35  := .venv-spark35
+STAMP35 := $(VENV35)/.deltasink-installed
+
+.PHONY: setup demo test test-spark35 lint fmt check clean bench
 
 setup: $(STAMP)
 
@@ -24,6 +28,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# PySpark 3.5 has no DataFrame.toArrow and no Spark Connect client for Sail: a classic
+# 3.5 session feeds the embedded (delta-rs) engine; no Delta JVM jars needed.
+$(STAMP35): pyproject.toml
+	test -x $(VENV35)/bin/python || $(PYTHON) -m venv $(VENV35)
+	$(VENV35)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV35)/bin/python -m pip install --quiet "pyspark==3.5.7" "pandas>=2.2,<3" -e ".[dev]"
+	touch $(STAMP35)
+
+test-spark35: $(STAMP35)
+	$(VENV35)/bin/python -m pytest tests/spark35 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check deltasink tests jobs bench
@@ -43,4 +58,4 @@ bench: $(STAMP)
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV35) .pytest_cache .mypy_cache .ruff_cache *.egg-info

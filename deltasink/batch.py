@@ -35,6 +35,7 @@ __all__ = [
     "is_spark_dataframe",
     "prepare",
     "quote",
+    "spark_arrow",
 ]
 
 #: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
@@ -51,9 +52,51 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+#: PySpark releases whose DataFrames deltasink reads (Databricks 14.3 LTS and later).
+SUPPORTED_PYSPARK = "3.5 and 4.x"
+
+
 def is_spark_dataframe(obj: object) -> bool:
-    """Whether ``obj`` is a PySpark DataFrame, classic or Spark Connect."""
-    return type(obj).__module__.startswith("pyspark.sql") and hasattr(obj, "toArrow")
+    """Whether ``obj`` is a PySpark DataFrame, classic or Spark Connect (any release;
+    :func:`spark_arrow` refuses the unsupported ones)."""
+    return (
+        type(obj).__module__.startswith("pyspark.sql")
+        and type(obj).__name__ == "DataFrame"
+        and hasattr(obj, "schema")
+    )
+
+
+def spark_arrow(df: Any) -> pa.Table:
+    """A PySpark DataFrame's rows as one Arrow table, without Python row objects.
+
+    PySpark 4 has ``DataFrame.toArrow``. PySpark 3.5 (Databricks 14.3-15.4 LTS) does
+    not: a classic DataFrame is collected with the Arrow batches ``toPandas`` itself
+    uses, a Spark Connect one through ``toPandas`` with the Arrow schema of its Spark
+    schema.
+
+    Raises:
+        InvalidInputError: A PySpark release older than 3.5.
+    """
+    to_arrow = getattr(df, "toArrow", None)
+    if to_arrow is not None:
+        table: pa.Table = to_arrow()
+        return table
+    import pyspark
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (3, 5):
+        raise InvalidInputError(
+            f"PySpark {pyspark.__version__} is not supported: deltasink reads DataFrames "
+            f"of PySpark {SUPPORTED_PYSPARK} (Databricks Runtime 14.3 LTS and later). "
+            "Upgrade the runtime, or pass a pyarrow.Table."
+        )
+    schema = to_arrow_schema(df.schema)
+    collect = getattr(df, "_collect_as_arrow", None)
+    if collect is not None:  # classic 3.5
+        batches = collect()
+        return pa.Table.from_batches(batches) if batches else schema.empty_table()
+    frame = df.toPandas()  # Spark Connect 3.5
+    return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
 
 def _check_names(names: Sequence[str]) -> None:
@@ -84,13 +127,14 @@ def delete_expr(predicate: str) -> str:
 def _spark_to_arrow(df: Any, spec: MergeSpec) -> pa.Table:
     _check_names(list(df.columns))
     if not spec.delete_when:
-        table: pa.Table = df.toArrow()
-        return table
+        return spark_arrow(df)
     try:
-        flagged: pa.Table = df.selectExpr("*", delete_expr(spec.delete_when)).toArrow()
+        flagged = spark_arrow(df.selectExpr("*", delete_expr(spec.delete_when)))
+    except InvalidInputError:
+        raise
     except Exception as exc:
         try:  # is it the predicate, or the DataFrame itself?
-            df.limit(0).toArrow()
+            spark_arrow(df.limit(0))
         except Exception:
             raise exc from None
         raise InvalidInputError(

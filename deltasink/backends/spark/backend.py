@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
 from deltasink import _faults
-from deltasink.batch import quote
+from deltasink.batch import quote, spark_arrow
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import refuse_spec_change
@@ -258,7 +258,7 @@ class SparkBackend:
             version=version,
             rows=staged.rows,
             target=self.target,
-            _arrow=lambda: dataframe().toArrow(),
+            _arrow=lambda: spark_arrow(dataframe()),
             _dataframe=dataframe,
             _previous_rows=lambda: previous_rows(self.history(20)),
         )

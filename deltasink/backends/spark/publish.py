@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote
+from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
 from deltasink.errors import CommitError
 from deltasink.history import history_from_commits, user_metadata
 from deltasink.merge import compile_merge, key_ranges
@@ -149,9 +149,9 @@ def key_prune(
         for i, k in enumerate(prunable)
     )
     listed = ", ".join(str(v) for v in versions)
-    row: pa.Table = spark.sql(
-        f"SELECT {bounds} FROM {staging_ref} WHERE {quote(VERSION_COLUMN)} IN ({listed})"
-    ).toArrow()
+    row: pa.Table = spark_arrow(
+        spark.sql(f"SELECT {bounds} FROM {staging_ref} WHERE {quote(VERSION_COLUMN)} IN ({listed})")
+    )
     columns = {
         k: pa.concat_arrays(
             [row.column(f"lo_{i}").combine_chunks(), row.column(f"hi_{i}").combine_chunks()]

@@ -19,6 +19,7 @@ from deltasink.batch import (
     is_spark_dataframe,
     prepare,
     quote,
+    spark_arrow,
 )
 from deltasink.errors import DuplicateKeyError, KeyColumnError, SchemaMismatchError
 from deltasink.spec import MergeSpec
@@ -89,7 +90,7 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     """
     zero = collect(df.limit(0), spec)  # names; delete_when evaluated by the df's session
     check_required(zero, spec)  # missing key / sequence_by columns
-    target_arrow: pa.Schema | None = None if target is None else target.limit(0).toArrow().schema
+    target_arrow: pa.Schema | None = None if target is None else spark_arrow(target.limit(0)).schema
     frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
     not_null = [
         f.name
