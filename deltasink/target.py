@@ -326,17 +326,28 @@ class TargetTable:
             return None
         return float(pc.sum(overlap.cast(pa.int64())).as_py() or 0) / actions.num_rows
 
-    def _create(self, data: pa.Table, props: Any, versions: list[int]) -> tuple[int, int] | None:
+    def _create(
+        self, data: pa.Table, props: CommitProperties, versions: list[int]
+    ) -> tuple[int, int] | None:
         """Create the target from the batch's inserted rows; ``None`` if another writer
         created it first (the caller then merges)."""
         rows = data.drop_columns([GUARD_COLUMN]) if GUARD_COLUMN in data.column_names else data
         if DELETE_COLUMN in rows.column_names:
             rows = rows.filter(pc.invert(rows.column(DELETE_COLUMN))).drop_columns([DELETE_COLUMN])
         _faults.point("publish.before_target_commit", versions=versions)
+        # Two writers creating the target at once would both land (the second as
+        # version 1, with the same keys): no commit retries, the loser merges instead.
+        once = CommitProperties(
+            custom_metadata=props.custom_metadata,
+            app_transactions=props.app_transactions,
+            max_commit_retries=0,
+        )
         try:
             write_deltalake(
-                self.uri, rows, mode="error", commit_properties=props, storage_options=self._options
+                self.uri, rows, mode="error", commit_properties=once, storage_options=self._options
             )
+        except CommitFailedError:
+            return None
         except DeltaError as exc:
             if "already exists" in str(exc):
                 return None
