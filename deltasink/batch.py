@@ -164,21 +164,47 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
         _check_names(data.column_names)
         if not spec.delete_when:
             return data
-        from deltasink.engine import embedded_spark
-
-        spark = embedded_spark()
-        if data.num_rows == 0:  # Spark cannot infer a schema from no rows: give it one
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            frame = spark.createDataFrame([], schema=from_arrow_schema(data.schema))
-        else:
-            frame = spark.createDataFrame(data)
-        return _spark_to_arrow(frame, spec)
+        return _flag_arrow(data, spec)
     if is_spark_dataframe(data):
         return _spark_to_arrow(data, spec)
     raise InvalidInputError(
         "a batch must be a PySpark DataFrame (classic or Spark Connect), a pyarrow.Table, "
         f"RecordBatch or RecordBatchReader; got {type(data).__module__}.{type(data).__name__}."
+    )
+
+
+def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
+    """``data`` with the ``delete_when`` flag appended, evaluated by the embedded engine.
+
+    Only the flag comes back from Spark (matched by row number): the rows themselves stay
+    the caller's Arrow data, because a round trip through Spark changes types (a naive
+    timestamp returns as a UTC one, and would no longer fit the target)."""
+    from deltasink.engine import embedded_spark
+
+    spark = embedded_spark()
+    numbered = data.append_column(_ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))
+    if data.num_rows == 0:  # Spark cannot infer a schema from no rows: give it one
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        frame = spark.createDataFrame([], schema=from_arrow_schema(numbered.schema))
+    else:
+        frame = spark.createDataFrame(numbered)
+    assert spec.delete_when is not None
+    try:
+        flagged = spark_arrow(frame.selectExpr(quote(_ROW), delete_expr(spec.delete_when))).sort_by(
+            _ROW
+        )
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # the rows came from Arrow: it is the predicate
+        raise InvalidInputError(
+            f"MergeSpec.delete_when {spec.delete_when!r} is not a valid Spark SQL "
+            f"predicate over the batch columns {data.column_names}: {exc}"
+        ) from exc
+    if not pc.all(pc.equal(flagged.column(_ROW), numbered.column(_ROW))).as_py() and data.num_rows:
+        raise AssertionError("the embedded engine lost or repeated rows of the batch")
+    return data.append_column(
+        pa.field(DELETE_COLUMN, pa.bool_(), True), flagged.column(DELETE_COLUMN)
     )
 
 

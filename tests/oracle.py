@@ -1,0 +1,125 @@
+"""An independent model of what a target must hold, written from docs/guarantees.md
+("Coalescing is invisible") and SPEC.md, not from the implementation.
+
+Two parts, both plain Python over lists of dicts:
+
+* :class:`Fold` applies committed batches to a model target, one version at a time:
+
+  - within a batch, one row per key: with ``sequence_by`` the highest sequence wins,
+    a tie goes to the later row (delete rows included); without it keys are unique;
+  - ``upsert``: the row replaces the key's row or inserts it; a delete row removes the
+    key and is never inserted; with ``sequence_by`` a row takes effect only if the
+    target's sequence is null or not higher (``>=``); no tombstones: a later version's
+    older row of a deleted key inserts it again;
+  - ``insert``: only absent keys are inserted; ``append``: every row is appended;
+  - a batch without a column leaves it null on inserted rows (schema evolution).
+
+* :class:`Protocol` is the two-phase commit's bookkeeping (SPEC's vocabulary):
+  ``pre_commit`` of a version ≤ committed or already staged stages nothing;
+  ``commit(n)`` applies every staged version ≤ n in ascending order; ``recover``
+  applies all of them; ``abort`` drops one; a crash loses nothing staged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Row = dict[str, Any]
+
+
+@dataclass
+class Fold:
+    """The model target of one table, fed by any number of writers in commit order."""
+
+    mode: str
+    keys: tuple[str, ...]
+    sequence_by: str | None = None
+    delete_column: str | None = None  # rows whose value here is "D" are deletes
+    rows: dict[tuple[Any, ...], Row] = field(default_factory=dict)
+    appended: list[Row] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+
+    def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
+        if self.sequence_by is None:
+            return list(batch)
+        chosen: dict[tuple[Any, ...], Row] = {}
+        for row in batch:  # later rows win ties: >=
+            key = tuple(row[k] for k in self.keys)
+            if key not in chosen or row[self.sequence_by] >= chosen[key][self.sequence_by]:
+                chosen[key] = row
+        return list(chosen.values())
+
+    def apply(self, batch: Sequence[Row], columns: Sequence[str] = ()) -> None:
+        """Apply one committed version whose schema has ``columns`` (schema evolution
+        adds new ones to the target even when the batch has no rows)."""
+        for name in [*columns, *(n for row in batch for n in row)]:
+            if name not in self.columns:
+                self.columns.append(name)
+        if self.mode == "append":
+            self.appended.extend(dict(r) for r in batch)
+            return
+        for row in self._one_per_key(batch):
+            key = tuple(row[k] for k in self.keys)
+            is_delete = self.delete_column is not None and row[self.delete_column] == "D"
+            current = self.rows.get(key)
+            if current is None:
+                if not is_delete:
+                    self.rows[key] = dict(row)
+                continue
+            if self.mode == "insert":
+                continue
+            seq = self.sequence_by
+            if seq is not None and current.get(seq) is not None and row[seq] < current[seq]:
+                continue  # an older row: ignored
+            if is_delete:
+                del self.rows[key]
+            else:
+                self.rows[key] = dict(row)
+
+    def expected(self) -> list[Row]:
+        """The model target's rows, every column present (null where never written)."""
+        rows = self.appended if self.mode == "append" else list(self.rows.values())
+        return [{c: r.get(c) for c in self.columns} for r in rows]
+
+
+@dataclass
+class Protocol:
+    """One writer's staged and committed versions, feeding a shared :class:`Fold`."""
+
+    fold: Fold
+    committed: int | None = None
+    staged: dict[int, tuple[list[Row], tuple[str, ...]]] = field(default_factory=dict)
+
+    def pre_commit(self, version: int, batch: Sequence[Row], columns: Sequence[str] = ()) -> bool:
+        """Whether the version was staged (False: a duplicate, dropped)."""
+        if self.committed is not None and version <= self.committed:
+            return False
+        if version in self.staged:
+            return False
+        self.staged[version] = (list(batch), tuple(columns))
+        return True
+
+    def commit(self, upto: int) -> list[int]:
+        done = []
+        for version in sorted(v for v in self.staged if v <= upto):
+            rows, columns = self.staged.pop(version)
+            self.fold.apply(rows, columns)
+            self.committed = version
+            done.append(version)
+        return done
+
+    def recover(self) -> list[int]:
+        return self.commit(max(self.staged, default=-1))
+
+    def write(self, version: int, batch: Sequence[Row], columns: Sequence[str] = ()) -> list[int]:
+        self.pre_commit(version, batch, columns)
+        return self.commit(version)
+
+    def abort(self, version: int) -> bool:
+        return self.staged.pop(version, None) is not None
+
+    @property
+    def pending(self) -> list[int]:
+        return sorted(self.staged)

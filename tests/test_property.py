@@ -1,0 +1,325 @@
+"""Property suite: generated histories against the independent oracle (tests/oracle.py).
+
+Hypothesis draws a key type and a history of ``pre_commit`` / ``write`` / ``commit(n)``
+/ ``abort`` / ``recover`` / a crash at a fault point followed by a new sink's
+``recover`` / a replay of a committed version / a second app id writing to the same
+target. The history runs twice on real Delta tables, once with coalesced commits and
+once one by one; after each run the target, the marker and the pending versions must
+equal the oracle's. So coalesced = one by one = crash-and-recover = the oracle.
+
+Profiles: ``ci`` (default, bounded: about a minute) and ``long``
+(``DELTASINK_HYPOTHESIS_PROFILE=long``, ``DELTASINK_PROPERTY_EXAMPLES`` examples per
+shape; ``tools/property_run.py`` runs it and prints the figures).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deltasink import DeltaSink, MergeSpec
+from deltasink._faults import FaultInjected, armed
+from deltasink.errors import DeltaSinkError
+from tests.oracle import Fold, Protocol, Row
+
+settings.register_profile(
+    "ci",
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "long",
+    max_examples=int(os.environ.get("DELTASINK_PROPERTY_EXAMPLES", "250")),
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("DELTASINK_HYPOTHESIS_PROFILE", "ci"))
+
+ROOT = Path(tempfile.mkdtemp(prefix="deltasink-property-"))
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "upsert": {"mode": "upsert"},
+    "insert": {"mode": "insert"},
+    "append": {"mode": "append"},
+    "upsert-sequence": {"mode": "upsert", "sequence_by": "seq"},
+    "upsert-sequence-delete": {"mode": "upsert", "sequence_by": "seq", "delete_when": "op = 'D'"},
+    "upsert-delete": {"mode": "upsert", "delete_when": "op = 'D'"},
+    "insert-sequence": {"mode": "insert", "sequence_by": "seq"},
+    "upsert-schema-evolution": {"mode": "upsert", "schema_evolution": True},
+}
+
+T0 = dt.datetime(2024, 1, 1)
+UTC = dt.timezone.utc
+# Key types, each as (arrow types of the key columns, index -> key values). Close
+# values on purpose: timestamps 300 µs apart (statistics keep milliseconds), strings
+# sharing a 40-character prefix (statistics may keep a prefix).
+KEY_TYPES: dict[str, tuple[list[pa.DataType], Callable[[int], list[Any]]]] = {
+    "int64": ([pa.int64()], lambda i: [i]),
+    "string": ([pa.string()], lambda i: ["p" * 40 + chr(97 + i)]),
+    "timestamp-us": ([pa.timestamp("us")], lambda i: [T0 + dt.timedelta(microseconds=300 * i)]),
+    "timestamp-utc": (
+        [pa.timestamp("us", tz="UTC")],
+        lambda i: [T0.replace(tzinfo=UTC) + dt.timedelta(microseconds=300 * i)],
+    ),
+    "date": ([pa.date32()], lambda i: [dt.date(2024, 1, 1) + dt.timedelta(days=i)]),
+    "decimal": ([pa.decimal128(18, 3)], lambda i: [Decimal(i).scaleb(-3)]),
+    "composite": ([pa.int64(), pa.string()], lambda i: [i % 2, "k" * 35 + str(i // 2)]),
+}
+
+KEY_POOL = 6
+
+
+def key_names(kind: str) -> list[str]:
+    return ["k", "k2"][: len(KEY_TYPES[kind][0])]
+
+
+@st.composite
+def batches(draw: Any, shape: str, keyed_unique: bool) -> list[tuple[int, int, bool]]:
+    """Rows as (key index, sequence, is delete)."""
+    size = draw(st.integers(0, 4))
+    if keyed_unique:
+        keys = draw(
+            st.lists(st.integers(0, KEY_POOL - 1), min_size=size, max_size=size, unique=True)
+        )
+    else:
+        keys = draw(st.lists(st.integers(0, KEY_POOL - 1), min_size=size, max_size=size))
+    deletes = "delete_when" in SHAPES[shape]
+    return [(k, draw(st.integers(0, 3)), deletes and draw(st.booleans())) for k in keys]
+
+
+OPS = ("stage", "write", "commit", "abort", "recover", "crash", "other", "replay")
+POINTS = (
+    "commit.before_publish",
+    "publish.before_target_commit",
+    "publish.after_target_commit",
+    "commit.after_publish",
+    "discard.before_log_commit",
+)
+
+
+@st.composite
+def histories(draw: Any, shape: str) -> tuple[str, list[tuple[Any, ...]]]:
+    kind = draw(st.sampled_from(sorted(KEY_TYPES)))
+    unique = "sequence_by" not in SHAPES[shape] and SHAPES[shape]["mode"] != "append"
+    steps = []
+    for _ in range(draw(st.integers(2, 10))):
+        op = draw(st.sampled_from(OPS))
+        steps.append(
+            (
+                op,
+                draw(batches(shape, unique)),
+                draw(st.integers(0, 3)),
+                draw(st.sampled_from(POINTS)),
+            )
+        )
+    return kind, steps
+
+
+class Run:
+    """One execution of a history against real tables, mirrored in the oracle."""
+
+    def __init__(self, shape: str, kind: str, *, coalesce: bool) -> None:
+        options = dict(SHAPES[shape])
+        self.shape = shape
+        self.kind = kind
+        self.evolve = bool(options.get("schema_evolution"))
+        self.keys = key_names(kind)
+        if options["mode"] != "append":
+            options["keys"] = self.keys
+        self.spec = MergeSpec(**options)
+        self.target = tempfile.mkdtemp(dir=ROOT) + "/target"
+        self.coalesce = coalesce
+        fold = Fold(
+            options["mode"],
+            tuple(self.keys),
+            options.get("sequence_by"),
+            "op" if "delete_when" in options else None,
+        )
+        self.models = {"a": Protocol(fold), "b": Protocol(fold)}
+        self.fold = fold
+        self.sinks = {app: self._sink(app) for app in self.models}
+        self.next = {"a": 0, "b": 0}
+        self.batches = 0
+
+    def _sink(self, app: str) -> DeltaSink:
+        return DeltaSink(self.target, app, self.spec, coalesce=self.coalesce)
+
+    def rows(self, app: str, version: int, drawn: list[tuple[int, int, bool]]) -> list[Row]:
+        rows = []
+        for i, (key, seq, delete) in enumerate(drawn):
+            row: Row = dict(zip(self.keys, KEY_TYPES[self.kind][1](key), strict=True))
+            row["v"] = f"{app}{version}.{i}"
+            if self.spec.sequence_by:
+                row["seq"] = seq
+            if self.spec.delete_when:
+                row["op"] = "D" if delete else "U"
+            if self.evolve and self.batches >= 2:
+                row["extra"] = seq * 10
+            rows.append(row)
+        return rows
+
+    def table(self, rows: list[Row]) -> pa.Table:
+        fields = [pa.field(k, t) for k, t in zip(self.keys, KEY_TYPES[self.kind][0], strict=True)]
+        fields.append(pa.field("v", pa.string()))
+        if self.spec.sequence_by:
+            fields.append(pa.field("seq", pa.int64()))
+        if self.spec.delete_when:
+            fields.append(pa.field("op", pa.string()))
+        if self.evolve and self.batches >= 2:
+            fields.append(pa.field("extra", pa.int64()))
+        schema = pa.schema(fields)
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def batch(
+        self, app: str, version: int, drawn: list[tuple[int, int, bool]]
+    ) -> tuple[pa.Table, list[Row]]:
+        rows = self.rows(app, version, drawn)
+        table = self.table(rows)
+        self.batches += 1
+        return table, rows
+
+    def step(self, op: str, drawn: list[tuple[int, int, bool]], pick: int, point: str) -> None:
+        a, model = self.sinks["a"], self.models["a"]
+        if op in ("stage", "write"):
+            version = self.next["a"]
+            self.next["a"] += 1
+            table, rows = self.batch("a", version, drawn)
+            if op == "stage":
+                a.pre_commit(table, version)
+                model.pre_commit(version, rows, table.column_names)
+            else:
+                a.write(table, version)
+                model.write(version, rows, table.column_names)
+        elif op == "commit":
+            upto = max(self.next["a"] - 1 - pick, 0)
+            a.commit(upto)
+            model.commit(upto)
+        elif op == "abort":
+            if model.pending:
+                version = model.pending[-1]
+                assert a.abort(version)
+                model.abort(version)
+        elif op == "recover":
+            self.sinks["a"] = self._sink("a")  # a restart: a new sink object
+            self.sinks["a"].recover()
+            model.recover()
+        elif op == "crash":
+            try:
+                with armed(point, "raise"):
+                    a.commit(self.next["a"])
+            except (FaultInjected, DeltaSinkError):
+                pass
+            self.sinks["a"] = self._sink("a")
+            self.sinks["a"].recover()
+            model.recover()
+        elif op == "other":  # a second app id on the same target
+            version = self.next["b"]
+            self.next["b"] += 1
+            table, rows = self.batch("b", version, drawn)
+            self.sinks["b"].write(table, version)
+            self.models["b"].write(version, rows, table.column_names)
+        elif op == "replay" and model.committed is not None:
+            version = max(model.committed - pick, 0)
+            table, rows = self.batch("a", version, drawn)  # other rows, same version
+            assert a.write(table, version).committed_versions == []
+            model.write(version, rows, table.column_names)
+
+    def check(self) -> None:
+        actual = (
+            DeltaTable(self.target).to_pyarrow_table().to_pylist()
+            if self.fold.columns and _exists(self.target)
+            else []
+        )
+        expected = self.fold.expected()
+        assert sorted(map(_canon, actual)) == sorted(map(_canon, expected))
+        for app, model in self.models.items():
+            if model.committed is not None:
+                assert DeltaTable(self.target).transaction_version(app) == model.committed
+            assert self.sinks[app].status().pending_versions == model.pending
+
+
+def _exists(target: str) -> bool:
+    return Path(target, "_delta_log").is_dir()
+
+
+def _canon(row: Row) -> str:
+    def value(v: Any) -> Any:
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            return ("utc", v.astimezone(UTC).replace(tzinfo=None))
+        return v
+
+    return repr(sorted((k, value(v)) for k, v in row.items()))
+
+
+def run_history(shape: str, kind: str, steps: list[tuple[Any, ...]], *, coalesce: bool) -> Run:
+    run = Run(shape, kind, coalesce=coalesce)
+    for op, drawn, pick, point in steps:
+        run.step(op, drawn, pick, point)
+    run.sinks["a"].recover()
+    run.models["a"].recover()
+    run.check()
+    return run
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_target_equals_the_oracle_coalesced_and_one_by_one(shape: str) -> None:
+    @given(histories(shape))
+    def check(history: tuple[str, list[tuple[Any, ...]]]) -> None:
+        kind, steps = history
+        coalesced = run_history(shape, kind, steps, coalesce=True)
+        one_by_one = run_history(shape, kind, steps, coalesce=False)
+        assert sorted(map(_canon, coalesced.fold.expected())) == sorted(
+            map(_canon, one_by_one.fold.expected())
+        )
+
+    check()
+
+
+# -- the issue's defects, as fixed examples ------------------------------------------------
+
+
+def test_defect_coalesced_sequence_and_deletes_equal_one_by_one() -> None:
+    steps = [
+        ("write", [(1, 1, False)], 0, POINTS[0]),
+        ("stage", [(1, 3, True), (3, 3, True)], 0, POINTS[0]),
+        ("stage", [(1, 2, False), (3, 2, False)], 0, POINTS[0]),
+        ("commit", [], 0, POINTS[0]),
+    ]
+    for coalesce in (True, False):
+        run = run_history("upsert-sequence-delete", "int64", steps, coalesce=coalesce)
+        assert sorted(r["v"] for r in run.fold.expected()) == ["a2.0", "a2.1"]
+
+
+@pytest.mark.parametrize("kind", ["timestamp-us", "timestamp-utc"])
+@pytest.mark.parametrize("shape", ["upsert", "insert"])
+def test_defect_sub_millisecond_timestamp_keys_never_duplicate(shape: str, kind: str) -> None:
+    steps = [
+        ("write", [(0, 0, False)], 0, POINTS[0]),
+        ("write", [(3, 0, False)], 0, POINTS[0]),  # 900 µs: inside the same millisecond
+        ("write", [(0, 0, False), (3, 0, False)], 0, POINTS[0]),
+    ]
+    run = run_history(shape, kind, steps, coalesce=True)
+    assert len(run.fold.expected()) == 2
+
+
+def test_a_null_sequence_value_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from deltasink import KeyColumnError
+
+    sink = DeltaSink(str(tmp_path / "t"), "a", MergeSpec(keys=["k"], sequence_by="seq"))
+    with pytest.raises(KeyColumnError, match="sequence_by column 'seq' is null"):
+        sink.write(pa.table({"k": [1], "seq": pa.array([None], pa.int64())}), 0)
+    assert not _exists(str(tmp_path / "t"))
