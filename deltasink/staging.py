@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -81,6 +82,7 @@ STAGING_PARQUET: dict[str, Any] = {
 #: Never-referenced files younger than this are kept by gc (a staging in flight).
 ORPHAN_SAFETY_HOURS = 1
 _CLAIM_ATTEMPTS = 20
+_GC_ATTEMPTS = 8
 
 
 @dataclass(frozen=True)
@@ -617,6 +619,28 @@ class StagingTable:
         table = self.open()
         if table is None:
             return GcResult((), dry_run)
+        files: set[str] = set()
+        for attempt in range(1, _GC_ATTEMPTS + 1):
+            try:
+                return GcResult(
+                    tuple(sorted(files | self._gc_once(table, retention, dry_run))), dry_run
+                )
+            except CommitFailedError as exc:
+                # A live writer committed to the staging log meanwhile (VACUUM writes
+                # commits too): nothing is lost; go again on the new snapshot.
+                if attempt == _GC_ATTEMPTS:
+                    raise CommitError(
+                        f"gc of {self.uri} conflicted with the writer's commits {attempt} "
+                        f"times in a row (last: {plain(exc)}). Nothing was lost; run gc "
+                        "again later, or from a post-commit hook (hooks.gc_every).",
+                        table=self.uri,
+                        app_id=self.app_id,
+                    ) from exc
+                time.sleep(min(1.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+                table.update_incremental()
+        raise AssertionError("unreachable")
+
+    def _gc_once(self, table: DeltaTable, retention: timedelta, dry_run: bool) -> set[str]:
         hours = math.ceil(retention.total_seconds() / 3600)
         props = commit_properties(app_id=self.app_id, version=None, operation="gc")
         # Files the log removed (committed, aborted, abandoned versions): by retention.
@@ -630,6 +654,7 @@ class StagingTable:
         )
         # Files the log never referenced (failed stagings): never younger than the
         # safety margin, so a pre_commit writing its file right now keeps it.
+        table.update_incremental()
         files |= set(
             table.vacuum(
                 retention_hours=max(hours, ORPHAN_SAFETY_HOURS),
@@ -645,7 +670,7 @@ class StagingTable:
             table.cleanup_metadata()
             if is_local(self.uri):
                 self._remove_empty_directories(table)
-        return GcResult(tuple(sorted(files)), dry_run)
+        return files
 
     def _remove_empty_directories(self, table: DeltaTable) -> None:
         """Remove the empty partition directories VACUUM leaves behind on a local

@@ -293,3 +293,45 @@ def test_group_refuses_to_drop_an_incomplete_version_below_a_complete_one(
 def test_group_needs_one_batch_per_table(shop: SinkGroup) -> None:
     with pytest.raises(InvalidInputError, match="one batch per table"):
         shop.pre_commit({"orders": orders([1])}, 0)
+
+
+def test_gc_beside_a_live_writer_retries_instead_of_raising(target: str) -> None:
+    """Issue 11, defect 5: VACUUM commits to the staging log while the writer does."""
+    import threading
+
+    from typer.testing import CliRunner
+
+    from deltasink.cli import app
+
+    sink = DeltaSink(target, "live", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [0]}), 0)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        try:
+            for version in range(1, 25):
+                sink.write(pa.table({"id": [version]}), version)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    operator = DeltaSink(target, "live")
+    runs = codes = 0
+    while not done.is_set():
+        operator.gc(retention=0)
+        result = CliRunner().invoke(
+            app, ["gc", target, "--app", "live", "--retention-hours", "0"]
+        )
+        codes += result.exit_code != 0
+        runs += 1
+    thread.join()
+    assert errors == []
+    assert runs > 0
+    assert codes == 0
+    assert support.ids(target) == list(range(25))
+    assert support.marker(target, "live") == 24
+    assert sink.status().pending_versions == []
