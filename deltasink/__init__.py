@@ -31,6 +31,7 @@ from deltasink.errors import (
     NotADeltaTableError,
     SchemaMismatchError,
     StagingOwnershipError,
+    UnverifiableChecksError,
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.history import HistoryEntry
@@ -65,6 +66,7 @@ __all__ = [
     "SinkStatus",
     "StagedVersion",
     "StagingOwnershipError",
+    "UnverifiableChecksError",
     "__version__",
     "checks",
     "embedded_spark",

@@ -22,10 +22,17 @@ A check is any callable taking a :class:`StagedBatch` and returning ``None`` or
 
 SQL checks run on Spark SQL with the staged rows as the relation ``staged``: on the
 job's session for the Spark engine, on the embedded engine otherwise.
+
+The job's checks are recorded in the staging table beside the MergeSpec
+(:func:`encode`), so an operator's ``recover`` (the CLI, the maintenance job: a sink
+created without ``checks``) runs the same built-in checks (:func:`decode`). A plain
+callable cannot be recorded, only its name: such a sink refuses to publish
+(:class:`~deltasink.errors.UnverifiableChecksError`) unless told to skip it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +43,8 @@ import pyarrow.compute as pc
 __all__ = [
     "Check",
     "StagedBatch",
+    "decode",
+    "encode",
     "expect",
     "no_nulls",
     "row_count_between",
@@ -233,3 +242,42 @@ def expect(predicate: str, *, label: str | None = None) -> sql:
         f"SELECT * FROM staged WHERE NOT coalesce(({predicate}), false)",
         label=label or f"expect({predicate!r})",
     )
+
+
+def _describe(check: Check) -> dict[str, Any]:
+    if isinstance(check, no_nulls | unique):
+        return {"check": type(check).__name__, "columns": list(check.columns)}
+    if isinstance(check, row_count_between):
+        return {"check": "row_count_between", "minimum": check.minimum, "maximum": check.maximum}
+    if isinstance(check, row_count_within):
+        return {"check": "row_count_within", "percent": check.percent}
+    if isinstance(check, sql):
+        return {"check": "sql", "query": check.query, "label": check.label}
+    return {"check": "callable", "name": _name(check)}
+
+
+def encode(checks: Sequence[Check]) -> str:
+    """The checks as the JSON recorded in the staging table (callables by name only)."""
+    return json.dumps([_describe(c) for c in checks], sort_keys=True)
+
+
+def decode(text: str) -> tuple[tuple[Check, ...], tuple[str, ...]]:
+    """Inverse of :func:`encode`: the built-in checks, and the names of the callables
+    that cannot be rebuilt."""
+    built: list[Check] = []
+    opaque: list[str] = []
+    for item in json.loads(text):
+        kind = item.get("check")
+        if kind == "no_nulls":
+            built.append(no_nulls(*item["columns"]))
+        elif kind == "unique":
+            built.append(unique(*item["columns"]))
+        elif kind == "row_count_between":
+            built.append(row_count_between(item["minimum"], item["maximum"]))
+        elif kind == "row_count_within":
+            built.append(row_count_within(item["percent"]))
+        elif kind == "sql":
+            built.append(sql(item["query"], label=item["label"]))
+        else:
+            opaque.append(str(item.get("name", kind)))
+    return tuple(built), tuple(opaque)

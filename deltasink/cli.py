@@ -35,6 +35,7 @@ from deltasink.errors import (
     DeltaSinkError,
     FencedError,
     InvalidInputError,
+    UnverifiableChecksError,
 )
 from deltasink.protocol import CommitReport
 from deltasink.sink import STAGING_SUFFIX, DeltaSink, SinkStatus
@@ -82,7 +83,7 @@ def _errors(as_json: bool) -> Iterator[None]:
     except DeltaSinkError as exc:
         if isinstance(exc, FencedError):
             code = EXIT_FENCED
-        elif isinstance(exc, AlreadyCommittedError | InvalidInputError):
+        elif isinstance(exc, AlreadyCommittedError | InvalidInputError | UnverifiableChecksError):
             code = EXIT_REFUSED
         elif isinstance(exc, CommitError):
             code = EXIT_COMMIT
@@ -98,8 +99,16 @@ def _errors(as_json: bool) -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
-def _sink(target: str, app_id: str, staging: str | None) -> DeltaSink:
-    return DeltaSink(target=target, app_id=app_id, merge=None, staging=staging)
+def _sink(
+    target: str, app_id: str, staging: str | None, *, skip_unverifiable: bool = False
+) -> DeltaSink:
+    return DeltaSink(
+        target=target,
+        app_id=app_id,
+        merge=None,
+        staging=staging,
+        unverifiable_checks="skip" if skip_unverifiable else "refuse",
+    )
 
 
 def _discover_apps(target: str) -> list[str]:
@@ -232,14 +241,27 @@ def _print_report(report: CommitReport, verb: str) -> None:
 
 @app.command()
 def recover(
-    target: Target, app_id: AppOpt, staging: StagingOpt = None, as_json: JsonOpt = False
+    target: Target,
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    as_json: JsonOpt = False,
+    skip_unverifiable_checks: Annotated[
+        bool,
+        typer.Option(
+            "--skip-unverifiable-checks",
+            help="Publish even though the job's checks include callables this command "
+            "cannot run (the recorded built-in checks still run).",
+        ),
+    ] = False,
 ) -> None:
     """Commit every staged, uncommitted version of a writer, in order.
 
-    Claims the writer role: a job still running with the same app_id is fenced.
+    Runs the job's recorded pre-commit checks first (a failing version is quarantined,
+    exit 6); refuses (exit 5) when they include callables it cannot run. Claims the
+    writer role: a job still running with the same app_id is fenced.
     """
     with _errors(as_json):
-        sink = _sink(target, app_id, staging)
+        sink = _sink(target, app_id, staging, skip_unverifiable=skip_unverifiable_checks)
         pending = sink.status().pending_versions
         if as_json or not pending:
             report = sink.recover()

@@ -12,8 +12,10 @@ what the caller should do next::
     ├── ConfigurationError         fix the sink's configuration or the tables
     │   ├── NotADeltaTableError    the target path holds something that is not Delta
     │   ├── StagingOwnershipError  the staging table belongs to another target or app
-    │   └── MarkerLostError        the target lost this app's txn marker (rewritten or
-    │                              expired) while versions are pending: check by hand
+    │   ├── MarkerLostError        the target lost this app's txn marker (rewritten or
+    │   │                          expired) while versions are pending: check by hand
+    │   └── UnverifiableChecksError the job's checks include callables an operator's
+    │                              sink cannot run: recover from the job, or skip them
     ├── CommitError                the target was not changed for this version;
     │   │                          ``recover()`` finishes the job once the cause is gone
     │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
@@ -44,6 +46,7 @@ __all__ = [
     "SchemaMismatchError",
     "StagingOwnershipError",
     "StorageError",
+    "UnverifiableChecksError",
 ]
 
 
@@ -130,6 +133,30 @@ class MarkerLostError(ConfigurationError):
         super().__init__(message, table=table, app_id=app_id, version=version)
         self.marker = marker
         self.mark = mark
+
+
+class UnverifiableChecksError(ConfigurationError):
+    """The staged versions were staged by a job whose pre-commit checks include plain
+    callables, which a sink without the job's code (the CLI, the maintenance job)
+    cannot run. Nothing was published: recover from the job itself, or pass
+    ``unverifiable_checks="skip"`` (CLI ``--skip-unverifiable-checks``) to publish
+    after the recorded built-in checks alone.
+
+    Attributes:
+        checks: The names of the checks that cannot be run.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        checks: tuple[str, ...],
+        table: str | None = None,
+        app_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table, app_id=app_id, version=version)
+        self.checks = checks
 
 
 class CommitError(DeltaSinkError):

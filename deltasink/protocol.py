@@ -47,6 +47,7 @@ from deltasink.errors import (
     DeltaSinkError,
     FencedError,
     InvalidVersionError,
+    UnverifiableChecksError,
 )
 
 __all__ = [
@@ -386,7 +387,7 @@ class TwoPhaseCommit(Generic[B]):
             if reason is None:
                 try:
                     reason = participant.audit(staged)
-                except FencedError:
+                except (FencedError, UnverifiableChecksError):
                     raise
                 except Exception as exc:
                     reason = f"a check raised {type(exc).__name__}: {exc}"

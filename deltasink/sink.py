@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from deltasink.backends import Backend, Engine, is_catalog_name, select_engine
 from deltasink.backends.embedded import EmbeddedBackend
@@ -156,7 +156,14 @@ class DeltaSink:
         spark: The session for the ``spark`` engine (default: the active session).
         checks: Pre-commit checks run on each staged version before it is published
             (write-audit-publish, :mod:`deltasink.checks`); a failing version is
-            quarantined.
+            quarantined. They are recorded in the staging table, and a sink created
+            without ``checks`` (``None``: an operator's sink, the CLI) runs the recorded
+            built-in ones, so it never publishes what the job would not. Pass ``()``
+            for a job without checks.
+        unverifiable_checks: For a sink without ``checks``: when the recorded checks
+            include plain callables (which only the job can run), ``"refuse"``
+            (default: :class:`~deltasink.errors.UnverifiableChecksError`, nothing
+            published) or ``"skip"`` them (run the recorded built-ins only).
         post_commit: Hooks run after each call that committed something
             (:mod:`deltasink.hooks`): compaction, notifications.
         storage_options: delta-rs storage options for object stores.
@@ -185,7 +192,8 @@ class DeltaSink:
         max_commit_attempts: int = 8,
         engine: Engine = "auto",
         spark: Any = None,
-        checks: Sequence[Check] = (),
+        checks: Sequence[Check] | None = None,
+        unverifiable_checks: Literal["refuse", "skip"] = "refuse",
         post_commit: Sequence[PostCommitHook] = (),
         storage_options: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
@@ -241,7 +249,7 @@ class DeltaSink:
                 spec=merge,
                 max_attempts=max_commit_attempts,
                 storage_options=storage_options,
-                checks=checks,
+                checks=checks or (),
             )
         else:
             if catalog:
@@ -261,6 +269,7 @@ class DeltaSink:
                 app_id=app_id,
                 spec=merge,
                 checks=checks,
+                unverifiable_checks=unverifiable_checks,
             )
         self._post_commit = tuple(post_commit)
         self._spark = spark

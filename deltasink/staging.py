@@ -67,6 +67,7 @@ VERSION_COLUMN = "_deltasink_version"
 FORMAT = "1"
 PROP_FORMAT = "deltasink.format"
 PROP_SPEC = "deltasink.mergeSpec"
+PROP_CHECKS = "deltasink.checks"
 PROP_EPOCH = "deltasink.epoch"
 PROP_QUARANTINE = "deltasink.quarantine"
 COMMITTED_SUFFIX = "#committed"
@@ -394,6 +395,18 @@ class StagingTable:
             ),
         )
         table.update_incremental()
+
+    def recorded_checks(self, *, fresh: bool = True) -> str | None:
+        """The job's checks as recorded (:func:`deltasink.checks.encode`), or ``None``."""
+        table = self.open(fresh=fresh)
+        return None if table is None else table.metadata().configuration.get(PROP_CHECKS)
+
+    def record_checks(self, encoded: str) -> None:
+        """Record the job's checks (one commit, only when they changed)."""
+        table = self.open(fresh=False)
+        if table is not None and table.metadata().configuration.get(PROP_CHECKS) != encoded:
+            table.alter.set_table_properties({PROP_CHECKS: encoded}, raise_if_not_exists=False)
+            table.update_incremental()
 
     def record_spec(self, spec: MergeSpec) -> None:
         """Record ``spec`` as the one future versions are staged with."""

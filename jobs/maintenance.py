@@ -123,6 +123,9 @@ def maintain(target: str, app_id: str, args: argparse.Namespace, spark: Any) -> 
         transaction_timeout=timeout,
         timeout_warning_ratio=0.5,  # log a warning for versions pending half that long
         ignore_failures_after_timeout=args.abandon_after_timeout,
+        # The job's recorded checks run before anything is published; callables only
+        # the job can run make recover refuse (exit 3) unless explicitly skipped.
+        unverifiable_checks="skip" if args.skip_unverifiable_checks else "refuse",
     )
     now = time.time()
     st = sink.status()
@@ -201,6 +204,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--gc-retention-hours", type=float, default=168.0)
     parser.add_argument("--no-gc", action="store_true")
+    parser.add_argument(
+        "--skip-unverifiable-checks",
+        action="store_true",
+        help="recover even though the job's checks include callables this job cannot run",
+    )
     parser.add_argument("--dry-run", action="store_true", help="gc: only list the files")
     parser.add_argument("--spark", choices=["auto", "none", "cluster"], default="auto")
     parser.add_argument("--lake", help="demo: where to create it (default: a temp dir)")

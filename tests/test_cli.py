@@ -7,8 +7,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
@@ -191,3 +193,60 @@ def test_fenced_exit_code(job: DeltaSink) -> None:
     assert code == 0
     with pytest.raises(FencedError):
         job.pre_commit(pa.table({"id": [9], "value": ["z"]}), 5)
+
+
+# -- issue 11, defect 4: the operator's recover runs the job's checks ---------------------
+
+
+def _quarantine_candidate(target: str, checks_: list[Any]) -> DeltaSink:
+    job = DeltaSink(target, "job", MergeSpec(keys=["id"]), checks=checks_)
+    job.write(pa.table({"id": [1], "amount": [5]}), 0)
+    job.pre_commit(pa.table({"id": [2], "amount": [-1]}), 1)  # fails the checks
+    return job  # ... and the job dies before committing
+
+
+def test_cli_recover_quarantines_what_the_jobs_recover_would(target: str) -> None:
+    from deltasink import checks
+
+    _quarantine_candidate(target, [checks.no_nulls("id"), checks.expect("amount >= 0")])
+    code, output = invoke("recover", target, "--app", "job")
+    assert code == 6  # quarantined, not published
+    assert "quarantined" in output
+    assert support.ids(target) == [1]
+    assert DeltaSink(target, "job").status().quarantined == {
+        1: "check expect('amount >= 0') failed: returned rows, e.g. [{'id': 2, 'amount': -1}]"
+    }
+
+
+def test_cli_recover_refuses_checks_it_cannot_run_unless_told(target: str) -> None:
+    from deltasink import checks
+
+    def positive(batch: Any) -> str | None:
+        return None if pc.min(batch.to_arrow().column("amount")).as_py() >= 0 else "negative"
+
+    _quarantine_candidate(target, [checks.no_nulls("id"), positive])
+    code, output = invoke("recover", target, "--app", "job")
+    assert code == 5
+    assert "UnverifiableChecksError" in output
+    assert "positive" in output
+    assert support.ids(target) == [1]
+    assert DeltaSink(target, "job").status().pending_versions == [1]
+    code, output = invoke("recover", target, "--app", "job", "--skip-unverifiable-checks")
+    assert code == 0  # the operator's explicit choice: the built-in checks pass
+    assert support.ids(target) == [1, 2]
+
+
+def test_the_recorded_checks_round_trip() -> None:
+    from deltasink import checks
+
+    jobs = [
+        checks.no_nulls("a", "b"),
+        checks.unique("id"),
+        checks.row_count_between(1, 10),
+        checks.row_count_within(50),
+        checks.expect("x > 0", label="positive"),
+        checks.sql("SELECT 1 FROM staged WHERE false"),
+    ]
+    built, opaque = checks.decode(checks.encode([*jobs, len]))
+    assert built == tuple(jobs)
+    assert opaque == ("len",)

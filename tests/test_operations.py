@@ -323,9 +323,7 @@ def test_gc_beside_a_live_writer_retries_instead_of_raising(target: str) -> None
     runs = codes = 0
     while not done.is_set():
         operator.gc(retention=0)
-        result = CliRunner().invoke(
-            app, ["gc", target, "--app", "live", "--retention-hours", "0"]
-        )
+        result = CliRunner().invoke(app, ["gc", target, "--app", "live", "--retention-hours", "0"])
         codes += result.exit_code != 0
         runs += 1
     thread.join()

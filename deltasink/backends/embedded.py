@@ -11,14 +11,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, coalesce, collect, prepare
-from deltasink.checks import Check, StagedBatch, run_checks
-from deltasink.errors import CommitError, ConfigurationError
+from deltasink.checks import Check, StagedBatch, decode, encode, run_checks
+from deltasink.errors import CommitError, ConfigurationError, UnverifiableChecksError
 from deltasink.guards import MarkGuard, refuse_spec_change
 from deltasink.history import (
     HistoryEntry,
@@ -48,7 +48,11 @@ class EmbeddedBackend:
         app_id: The writer.
         spec: The MergeSpec for new versions; ``None`` means the one recorded in the
             staging table.
-        checks: Pre-commit checks (write-audit-publish), see :mod:`deltasink.checks`.
+        checks: Pre-commit checks (write-audit-publish), see :mod:`deltasink.checks`;
+            recorded in the staging table when versions are staged. ``None``: run the
+            checks recorded there (an operator's sink).
+        unverifiable_checks: With ``checks=None``, what to do when the recorded checks
+            include callables: ``"refuse"`` to publish (default) or ``"skip"`` them.
     """
 
     name = "embedded"
@@ -61,10 +65,14 @@ class EmbeddedBackend:
         staging: StagingTable,
         app_id: str,
         spec: MergeSpec | None,
-        checks: Sequence[Check] = (),
+        checks: Sequence[Check] | None = (),
+        unverifiable_checks: Literal["refuse", "skip"] = "refuse",
     ) -> None:
         self.target = target
-        self.checks = tuple(checks)
+        # The job's own checks (recorded on staging), or None: run the recorded ones.
+        self._own_checks = checks is not None
+        self.checks = tuple(checks or ())
+        self.unverifiable_checks = unverifiable_checks
         self.staging = staging
         self.app_id = app_id
         self._spec = spec
@@ -162,6 +170,8 @@ class EmbeddedBackend:
             self.staging.record_spec(spec)
             self.staging.check_epoch(epoch)
         intent = self.write_through == version
+        if self._own_checks:
+            self.staging.record_checks(encode(self.checks))
         staged = self.staging.append(version, data, epoch=epoch, verified=True, intent=intent)
         if intent:
             self._intent = version
@@ -262,10 +272,40 @@ class EmbeddedBackend:
 
     # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
 
+    def _checks_to_run(self, version: int) -> tuple[Check, ...]:
+        if self._own_checks:
+            return self.checks
+        recorded = self.staging.recorded_checks(fresh=False)
+        if recorded is None:
+            return ()  # staged before checks were recorded, or by a job without checks
+        built, opaque = decode(recorded)
+        if opaque and self.unverifiable_checks == "refuse":
+            raise UnverifiableChecksError(
+                f"version {version} of app {self.app_id!r} was staged by a job whose checks "
+                f"include {list(opaque)}, plain callables this sink cannot run; nothing is "
+                "published. Recover from the job itself (its recover() runs them), or skip "
+                "them explicitly: `deltasink recover --skip-unverifiable-checks` "
+                "(DeltaSink(..., unverifiable_checks='skip')), which still runs the "
+                f"recorded built-in checks {[getattr(c, 'name', c) for c in built]}.",
+                checks=opaque,
+                table=self.target.uri,
+                app_id=self.app_id,
+                version=version,
+            )
+        if opaque:
+            logger.warning(
+                "app %r: skipping the job's checks %s (callables, not recorded) for version %s",
+                self.app_id,
+                list(opaque),
+                version,
+            )
+        return built
+
     def audit(self, staged: StagedVersion) -> str | None:
-        if not self.checks:
-            return None
         version = staged.version
+        checks = self._checks_to_run(version)
+        if not checks:
+            return None
 
         def arrow() -> pa.Table:
             data = self._data(version)
@@ -287,7 +327,7 @@ class EmbeddedBackend:
             _dataframe=dataframe,
             _previous_rows=lambda: previous_rows(self.history(20)),
         )
-        return run_checks(self.checks, batch)
+        return run_checks(checks, batch)
 
     def quarantine(self, version: int, reason: str) -> None:
         self.staging.set_quarantine(version, reason, epoch=self._fence())
