@@ -12,7 +12,8 @@ Two parts, both plain Python over lists of dicts:
     target's sequence is null or not higher (``>=``); no tombstones: a later version's
     older row of a deleted key inserts it again;
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
-  - a batch without a column leaves it null on inserted rows (schema evolution).
+  - a batch without a column leaves it null on inserted rows and unchanged on updated
+    ones (schema evolution).
 
 * :class:`Protocol` is the two-phase commit's bookkeeping (SPEC's vocabulary):
   ``pre_commit`` of a version ≤ committed or already staged stages nothing;
@@ -75,8 +76,8 @@ class Fold:
                 continue  # an older row: ignored
             if is_delete:
                 del self.rows[key]
-            else:
-                self.rows[key] = dict(row)
+            else:  # a column the batch does not have keeps its value (schema evolution)
+                self.rows[key] = {**current, **row}
 
     def expected(self) -> list[Row]:
         """The model target's rows, every column present (null where never written)."""
