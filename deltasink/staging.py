@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import DeltaTable, Field, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.schema import Schema as DeltaSchema
@@ -380,13 +380,10 @@ class StagingTable:
         table = self.check_epoch(epoch)
         if table is None:
             return
-        table.create_write_transaction(
+        _log_commit(
+            table,
             [],
-            mode="append",
-            schema=DeltaSchema.from_arrow(arrow_schema(table)),
-            partition_by=[VERSION_COLUMN],
-            post_commithook_properties=post_commit_hooks(table),
-            commit_properties=commit_properties(
+            commit_properties(
                 app_id=self.app_id,
                 version=None,
                 operation="publish-intent",
@@ -488,13 +485,10 @@ class StagingTable:
                 data_change=True,
                 stats=json.dumps({"numRecords": data.num_rows}),
             )
-            table.create_write_transaction(
+            _log_commit(
+                table,
                 [*removes, add],
-                mode="append",
-                schema=DeltaSchema.from_arrow(arrow_schema(table)),
-                partition_by=[VERSION_COLUMN],
-                post_commithook_properties=post_commit_hooks(table),
-                commit_properties=commit_properties(
+                commit_properties(
                     app_id=self.app_id,
                     version=version,
                     operation="restage" if replace else "stage",
@@ -713,3 +707,17 @@ def _quarantine_records(table: DeltaTable) -> dict[str, dict[str, str]]:
 
 def _quarantine_of(table: DeltaTable) -> dict[int, str]:
     return {int(v): r["reason"] for v, r in _quarantine_records(table).items()}
+
+
+def _log_commit(
+    table: DeltaTable, actions: Sequence[AddAction | RemoveAction], props: CommitProperties
+) -> None:
+    """Commit ``actions`` (possibly none: markers only) to the staging log as written."""
+    table.create_write_transaction(
+        list(actions),
+        mode="append",
+        schema=DeltaSchema.from_arrow(arrow_schema(table)),
+        partition_by=[VERSION_COLUMN],
+        post_commithook_properties=post_commit_hooks(table),
+        commit_properties=props,
+    )
