@@ -28,16 +28,16 @@ __all__ = ["main"]
 
 #: (module, attribute path) of the steps to time; the module is where it is *used*.
 STEPS = (
-    ("deltasink.backends.embedded", "collect"),
-    ("deltasink.backends.embedded", "prepare"),
-    ("deltasink.staging", "StagingTable.append"),
-    ("deltasink.staging", "StagingTable.read"),
-    ("deltasink.backends.embedded", "coalesce"),
-    ("deltasink.target", "TargetTable.apply"),
-    ("deltasink.target", "align_to_target"),
+    ("deltasink.backends.embedded.backend", "collect"),
+    ("deltasink.backends.embedded.backend", "prepare"),
+    ("deltasink.backends.embedded.staging.writes", "StagingWriter.append"),
+    ("deltasink.backends.embedded.staging.log", "StagingLog.read"),
+    ("deltasink.backends.embedded.backend", "coalesce"),
+    ("deltasink.backends.embedded.target", "TargetTable.apply"),
+    ("deltasink.backends.embedded.target", "align_to_target"),
     ("deltalake.table", "TableMerger.execute"),
     ("deltalake.writer", "write_deltalake"),
-    ("deltasink.staging", "StagingTable.drop"),
+    ("deltasink.backends.embedded.staging.writes", "StagingWriter.drop"),
     ("pyspark.sql.connect.dataframe", "DataFrame.toArrow"),
 )
 

@@ -65,7 +65,7 @@ def _stamp(config: Config, sizes: tuple[int, ...]) -> str:
     import deltalake
 
     import deltasink
-    from deltasink.staging import FORMAT
+    from deltasink.layout import FORMAT
 
     text = json.dumps(
         {

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from deltasink import checks, hooks
 from deltasink._version import __version__
-from deltasink.committables import CommitReport, CommitResult, Committable, StagedVersion
-from deltasink.engine import embedded_spark
+from deltasink.backends.embedded.session import embedded_spark
+from deltasink.committables import CommitReport, CommitResult, Committable, GcResult, StagedVersion
 from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
@@ -37,7 +37,6 @@ from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.history import HistoryEntry
 from deltasink.sink import DeltaSink, SinkStatus
 from deltasink.spec import MergeSpec
-from deltasink.staging import GcResult
 
 __all__ = [
     "AlreadyCommittedError",

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from deltasink.deltalog import is_local, normalize_uri
+from deltasink.cli_output import pending_table, report_dict, report_table, status_table
 from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
@@ -37,8 +37,9 @@ from deltasink.errors import (
     InvalidInputError,
     UnverifiableChecksError,
 )
+from deltasink.locations import STAGING_SUFFIX, is_local, normalize_uri
 from deltasink.protocol import CommitReport
-from deltasink.sink import STAGING_SUFFIX, DeltaSink, SinkStatus
+from deltasink.sink import DeltaSink
 
 __all__ = ["app", "main"]
 
@@ -62,17 +63,6 @@ StagingOpt = Annotated[
     typer.Option("--staging", help="Staging table location (default: next to the target)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-
-
-def _age(ts: datetime, now: datetime) -> str:
-    seconds = int((now - ts).total_seconds())
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
 
 
 @contextmanager
@@ -118,44 +108,12 @@ def _discover_apps(target: str) -> list[str]:
     return sorted(e.name for e in os.scandir(root) if e.is_dir())
 
 
-def _status_table(status: SinkStatus, now: datetime) -> Table:
-    table = Table(title=f"app [bold]{status.app_id}[/] → {status.target}", title_justify="left")
-    table.add_column("field", style="dim")
-    table.add_column("value")
-    table.add_row("engine", f"{status.engine} [dim]({status.engine_reason})[/]")
-    table.add_row("staging", status.staging)
-    table.add_row(
-        "target exists", "yes" if status.target_exists else "no (created on first commit)"
-    )
-    committed = "—" if status.committed_version is None else str(status.committed_version)
-    table.add_row("committed version", f"[bold green]{committed}[/]")
-    table.add_row("pending versions", str(len(status.pending)))
-    if status.quarantined:
-        table.add_row("quarantined", f"[bold red]{sorted(status.quarantined)}[/]")
-    if status.merge is not None:
-        table.add_row("merge", f"{status.merge.mode} keys={list(status.merge.keys)}")
-    if status.leftover_versions:
-        table.add_row("leftover staging", f"{status.leftover_versions} (cleaned by recover)")
-    return table
-
-
-def _pending_table(status: SinkStatus, now: datetime) -> Table:
-    table = Table(title="pending (staged, not committed)", title_justify="left")
-    table.add_column("version", justify="right")
-    table.add_column("rows", justify="right")
-    table.add_column("staged at (UTC)")
-    table.add_column("age", justify="right")
-    table.add_column("state")
-    for staged in status.pending:
-        reason = status.quarantined.get(staged.version)
-        table.add_row(
-            str(staged.version),
-            f"{staged.rows:,}",
-            staged.staged_at.strftime("%Y-%m-%d %H:%M:%S"),
-            _age(staged.staged_at, now),
-            f"[red]quarantined: {reason}[/]" if reason else "pending",
-        )
-    return table
+def _print_report(report: CommitReport, verb: str) -> None:
+    if not report.results:
+        out.print(f"nothing to {verb}; committed version is {report.committed_version}")
+        return
+    out.print(report_table(report, verb))
+    out.print(f"committed version is now [bold green]{report.committed_version}[/]")
 
 
 @app.command()
@@ -184,59 +142,11 @@ def status(
         out.print_json(json.dumps(payload if app_id is None else payload[0]))
         return
     for st in statuses:
-        out.print(_status_table(st, now))
+        out.print(status_table(st, now))
         if st.pending:
-            out.print(_pending_table(st, now))
+            out.print(pending_table(st, now))
         else:
             out.print("[dim]nothing pending[/]")
-
-
-def _report_dict(report: CommitReport) -> dict[str, Any]:
-    return {
-        "app_id": report.app_id,
-        "committed_version": report.committed_version,
-        "committed_versions": report.committed_versions,
-        "abandoned_versions": report.abandoned_versions,
-        "quarantined_versions": report.quarantined_versions,
-        "cleaned_versions": list(report.cleaned_versions),
-        "results": [
-            {
-                "version": r.version,
-                "outcome": r.outcome,
-                "rows": r.rows,
-                "target_version": r.target_version,
-                "rows_inserted": r.rows_inserted,
-                "rows_updated": r.rows_updated,
-                "rows_deleted": r.rows_deleted,
-                "duration_s": round(r.duration_s, 4),
-                "message": r.message,
-            }
-            for r in report.results
-        ],
-    }
-
-
-def _print_report(report: CommitReport, verb: str) -> None:
-    if not report.results:
-        out.print(f"nothing to {verb}; committed version is {report.committed_version}")
-        return
-    table = Table(title=f"{verb} app {report.app_id}", title_justify="left")
-    for name in ("version", "outcome", "rows", "target ver", "ins", "upd", "del", "secs"):
-        table.add_column(name, justify="right" if name != "outcome" else "left")
-    for r in report.results:
-        table.add_row(
-            str(r.version),
-            r.outcome,
-            f"{r.rows:,}",
-            "" if r.target_version is None else str(r.target_version),
-            *(
-                "" if n is None else f"{n:,}"
-                for n in (r.rows_inserted, r.rows_updated, r.rows_deleted)
-            ),
-            f"{r.duration_s:.3f}",
-        )
-    out.print(table)
-    out.print(f"committed version is now [bold green]{report.committed_version}[/]")
 
 
 @app.command()
@@ -277,7 +187,7 @@ def recover(
                 task = bar.add_task("versions", total=len(pending))
                 report = sink.recover(progress=lambda r: bar.advance(task, len(r.all_versions)))
     if as_json:
-        out.print_json(json.dumps(_report_dict(report)))
+        out.print_json(json.dumps(report_dict(report)))
     else:
         _print_report(report, "recover")
     if report.quarantined_versions:

@@ -17,6 +17,7 @@ __all__ = [
     "CommitResult",
     "Committable",
     "CommittableState",
+    "GcResult",
     "LogState",
     "Outcome",
     "Progress",
@@ -205,3 +206,18 @@ def check_version(version: object, *, what: str = "version") -> int:
             f"{what} must be between 0 and {MAX_VERSION}, got {value}.", version=value
         )
     return value
+
+
+@dataclass(frozen=True)
+class GcResult:
+    """What ``gc`` removed (or would remove, on a dry run).
+
+    Attributes:
+        files: Data files no longer referenced by the staging snapshot that were
+            older than the retention: committed, aborted and abandoned versions, and
+            orphans of failed stagings.
+        dry_run: Whether nothing was actually deleted.
+    """
+
+    files: tuple[str, ...]
+    dry_run: bool

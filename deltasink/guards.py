@@ -6,16 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from deltasink.committables import StagedVersion
 from deltasink.errors import ConfigurationError, MarkerLostError, StagingOwnershipError
-from deltasink.protocol import StagedVersion
+from deltasink.layout import PROP_APP, PROP_TARGET
 from deltasink.spec import MergeSpec
 
-__all__ = ["PROP_APP", "PROP_TARGET", "MarkGuard", "check_owner", "refuse_spec_change"]
+__all__ = ["MarkGuard", "check_owner", "refuse_spec_change"]
 
 logger = logging.getLogger("deltasink")
-
-PROP_TARGET = "deltasink.target"
-PROP_APP = "deltasink.appId"
 
 
 def check_owner(props: Mapping[str, str], *, staging: str, target: str, app_id: str) -> None:

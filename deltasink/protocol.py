@@ -22,12 +22,10 @@ re-created at any moment (that is what a crash does).
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Generic, TypeVar
 
 from deltasink import _faults
 from deltasink.committables import (
@@ -43,12 +41,19 @@ from deltasink.committables import (
 from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
-    ConfigurationError,
     DeltaSinkError,
     FencedError,
     InvalidVersionError,
-    UnverifiableChecksError,
 )
+from deltasink.gate import audit_group
+from deltasink.participant import (
+    DiscardReason,
+    Participant,
+    SupportsCoalescing,
+    SupportsFencing,
+    SupportsQuarantine,
+)
+from deltasink.timeouts import Timeouts
 
 __all__ = [
     "MAX_VERSION",
@@ -70,150 +75,7 @@ __all__ = [
 
 logger = logging.getLogger("deltasink")
 
-B = TypeVar("B", contravariant=True)
-DiscardReason = Literal["committed", "aborted", "abandoned"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Timeouts:
-    """Flink's transaction-timeout settings, applied to the age of a staged version.
-
-    Args:
-        transaction_timeout: Age after which a pending version counts as timed out.
-        ignore_failures_after_timeout: During ``recover()``, a version that fails to
-            commit and is older than the timeout is abandoned (a warning is logged, its
-            staged rows are dropped and never reach the target) instead of failing
-            the call. This trades the version's data for progress: opt in knowingly.
-        warning_ratio: Log a warning for a pending version older than
-            ``transaction_timeout * warning_ratio`` (0 < ratio ≤ 1).
-    """
-
-    transaction_timeout: timedelta | float | None = None
-    ignore_failures_after_timeout: bool = False
-    warning_ratio: float | None = None
-
-    def __post_init__(self) -> None:
-        timeout = self.transaction_timeout
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, timedelta | int | float):
-                raise ConfigurationError(
-                    f"transaction_timeout must be a timedelta or seconds, got {timeout!r}."
-                )
-            seconds = self.timeout_s
-            if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-                raise ConfigurationError(
-                    f"transaction_timeout must be positive and finite, got {timeout!r}."
-                )
-        if not isinstance(self.ignore_failures_after_timeout, bool):
-            raise ConfigurationError(
-                "ignore_failures_after_timeout must be True or False, got "
-                f"{self.ignore_failures_after_timeout!r}."
-            )
-        if self.ignore_failures_after_timeout and timeout is None:
-            raise ConfigurationError(
-                "ignore_failures_after_timeout=True needs transaction_timeout to be set."
-            )
-        ratio = self.warning_ratio
-        if ratio is not None:
-            if timeout is None:
-                raise ConfigurationError("warning_ratio needs transaction_timeout to be set.")
-            if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
-                raise ConfigurationError(f"warning_ratio must be in (0, 1], got {ratio!r}.")
-
-    @property
-    def timeout_s(self) -> float | None:
-        """The transaction timeout in seconds, or ``None``."""
-        timeout = self.transaction_timeout
-        if timeout is None:
-            return None
-        return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-
-
-class Participant(Protocol[B]):
-    """The backend port: the durable side of the two-phase commit for one writer.
-
-    Implementations hold no state that matters across a crash: everything is read
-    back from storage by :meth:`read_state`.
-    """
-
-    def read_state(self) -> LogState:
-        """Read the committed version and the staged versions from durable storage."""
-        ...
-
-    def stage(self, batch: B, version: int) -> StagedVersion:
-        """Validate ``batch`` and durably stage it as ``version``, atomically.
-
-        Called only for a version that is neither staged nor committed. Must raise an
-        :class:`~deltasink.errors.InvalidInputError` *before writing anything* when the
-        batch is invalid. A failure leaves nothing staged (orphan files may remain for
-        retention to clean up).
-        """
-        ...
-
-    def publish(self, staged: StagedVersion) -> CommitResult:
-        """Apply one staged version to the target together with its marker.
-
-        The data change and the ``(app_id, version)`` marker must land in one atomic
-        commit. Must be idempotent: when the target's marker already covers the
-        version, change nothing and return outcome ``already_committed``. A failure
-        leaves the target without any part of the version.
-        """
-        ...
-
-    def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
-        """Remove the staged data of ``versions`` (already absent ones are ignored)."""
-        ...
-
-
-@runtime_checkable
-class SupportsFencing(Protocol):
-    """Optional capability: claim the writer role for an ``app_id`` (Kafka's
-    ``initTransactions``): afterwards, older holders fail their next write with
-    :class:`~deltasink.errors.FencedError`. Called by ``recover()`` before anything
-    else, and by the participant itself on its first write."""
-
-    def claim(self) -> None:
-        """Take over the writer role; idempotent for the same participant object."""
-        ...
-
-
-@runtime_checkable
-class SupportsQuarantine(Protocol):
-    """Optional capability: write-audit-publish (Flink's ``SupportsPreCommitTopology``).
-
-    Before a staged version is published, ``audit`` runs the pre-commit checks on it.
-    A failing version is quarantined: recorded durably with the reason, kept staged,
-    never published; later versions wait behind it. ``abort`` (``discard`` with
-    reason ``"aborted"``) or ``restage`` lifts the quarantine.
-    """
-
-    def audit(self, staged: StagedVersion) -> str | None:
-        """Run the checks on ``staged``: ``None`` if it may be published, else why not."""
-        ...
-
-    def quarantine(self, version: int, reason: str) -> None:
-        """Record durably that ``version`` failed a check (idempotent)."""
-        ...
-
-    def restage(self, batch: Any, version: int) -> StagedVersion:
-        """Replace the staged data of quarantined ``version`` atomically and lift the
-        quarantine; validation as in ``stage``."""
-        ...
-
-
-@runtime_checkable
-class SupportsCoalescing(Protocol):
-    """Optional capability: publish several pending versions in ONE target commit.
-
-    The result must equal publishing them one by one, in order (the latest version
-    wins per key, deletes and inserts in version order), and the commit carries the
-    marker of the highest version. All or nothing: a failure leaves the target
-    without any part of any of them.
-    """
-
-    def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
-        """Apply ``staged`` (ascending, ≥ 2 versions) in one commit; idempotent."""
-        ...
+B = TypeVar("B")
 
 
 @dataclass
@@ -344,7 +206,7 @@ class TwoPhaseCommit(Generic[B]):
         self, limit: int | None, *, recovering: bool, progress: Progress | None = None
     ) -> CommitReport:
         state = self.participant.read_state()
-        self._warn_if_old(state.pending)
+        self.timeouts.warn_if_old(self.app_id, state.pending, self.clock())
         todo = [s for s in state.pending if limit is None or s.version <= limit]
         results: list[CommitResult] = []
 
@@ -355,7 +217,7 @@ class TwoPhaseCommit(Generic[B]):
 
         committed = state.committed_version
         for group in self._groups(todo):
-            passing, stopped = self._audit(group, state)
+            passing, stopped = audit_group(self.participant, group, state, self.app_id)
             if len(passing) > 1:
                 coalesced = self._try_coalesced(passing)
                 if coalesced is not None:
@@ -372,40 +234,6 @@ class TwoPhaseCommit(Generic[B]):
                 break
         cleaned = self._clean(state, committed, results)
         return CommitReport(self.app_id, tuple(results), committed, cleaned)
-
-    def _audit(
-        self, group: Sequence[StagedVersion], state: LogState
-    ) -> tuple[list[StagedVersion], CommitResult | None]:
-        """The versions of ``group`` that may be published, and the quarantine result
-        that stops the run (a version quarantined now or before), if any."""
-        participant = self.participant
-        if not isinstance(participant, SupportsQuarantine):
-            return list(group), None
-        passing: list[StagedVersion] = []
-        for staged in group:
-            reason = state.quarantined.get(staged.version)
-            if reason is None:
-                try:
-                    reason = participant.audit(staged)
-                except (FencedError, UnverifiableChecksError):
-                    raise
-                except Exception as exc:
-                    reason = f"a check raised {type(exc).__name__}: {exc}"
-                if reason is not None:
-                    participant.quarantine(staged.version, reason)
-            if reason is not None:
-                logger.warning(
-                    "app %r: version %s is quarantined (%s); it and later versions wait "
-                    "until it is aborted or re-staged",
-                    self.app_id,
-                    staged.version,
-                    reason,
-                )
-                return passing, CommitResult(
-                    staged.version, "quarantined", rows=staged.rows, message=reason
-                )
-            passing.append(staged)
-        return passing, None
 
     def _groups(self, todo: Sequence[StagedVersion]) -> list[list[StagedVersion]]:
         """Runs of versions to publish together (singletons unless coalescing)."""
@@ -462,7 +290,7 @@ class TwoPhaseCommit(Generic[B]):
             elif (
                 recovering
                 and self.timeouts.ignore_failures_after_timeout
-                and self._timed_out(staged)
+                and self.timeouts.timed_out(staged, self.clock())
             ):
                 return self._abandon(staged, exc, results, committed)
             else:
@@ -530,31 +358,6 @@ class TwoPhaseCommit(Generic[B]):
             return ()
         return garbage
 
-    def _age(self, staged: StagedVersion) -> float:
-        return self.clock() - staged.staged_at.timestamp()
-
-    def _timed_out(self, staged: StagedVersion) -> bool:
-        timeout = self.timeouts.timeout_s
-        return timeout is not None and self._age(staged) > timeout
-
-    def _warn_if_old(self, pending: Sequence[StagedVersion]) -> None:
-        timeout, ratio = self.timeouts.timeout_s, self.timeouts.warning_ratio
-        if timeout is None or ratio is None:
-            return
-        threshold = timeout * ratio
-        for staged in pending:
-            age = self._age(staged)
-            if age > threshold:
-                logger.warning(
-                    "app %r: version %s has been pending for %.1f s, %.0f%% of the "
-                    "transaction timeout (%.1f s); commit or recover it soon",
-                    self.app_id,
-                    staged.version,
-                    age,
-                    100 * age / timeout,
-                    timeout,
-                )
-
     def _abandon(
         self,
         staged: StagedVersion,
@@ -562,7 +365,7 @@ class TwoPhaseCommit(Generic[B]):
         results: Sequence[CommitResult],
         committed: int | None,
     ) -> CommitResult:
-        age = self._age(staged)
+        age = self.timeouts.age(staged, self.clock())
         message = (
             f"version {staged.version} of app {self.app_id!r} failed to commit ({exc}) and is "
             f"{age:.1f} s old, past the transaction timeout; ignore_failures_after_timeout "

@@ -6,112 +6,31 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, Literal, get_args
 
-from deltasink.backends import Backend, Engine, is_catalog_name, select_engine
-from deltasink.backends.embedded import EmbeddedBackend
+from deltasink.backends import Engine, connect, select_engine
+from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
-from deltasink.deltalog import normalize_uri
+from deltasink.committables import GcResult
 from deltasink.errors import ConfigurationError, InvalidVersionError
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
+from deltasink.locations import default_staging, is_catalog_name, normalize_uri
 from deltasink.protocol import (
     CommitReport,
     Committable,
     Progress,
-    StagedVersion,
     Timeouts,
     TwoPhaseCommit,
     check_version,
 )
 from deltasink.spec import MergeSpec
-from deltasink.staging import GcResult, StagingTable
-from deltasink.target import TargetTable
+from deltasink.status import SinkStatus
 
 __all__ = ["DeltaSink", "SinkStatus", "default_staging"]
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-STAGING_SUFFIX = "_deltasink_staging"
-
-
-def default_staging(target: str, app_id: str) -> str:
-    """The default staging location: ``<target>_deltasink_staging/<app_id>``.
-
-    A sibling of the target, so the target's directory holds only the target, and
-    one staging table per writer.
-    """
-    return f"{normalize_uri(target)}{STAGING_SUFFIX}/{app_id}"
-
-
-@dataclass(frozen=True)
-class SinkStatus:
-    """What one writer has staged and committed, read from the two Delta logs.
-
-    Attributes:
-        target: The target table location.
-        staging: The staging table location.
-        app_id: The writer.
-        engine: The backend doing the Delta writes (``embedded`` or ``spark``).
-        engine_reason: Why that backend was chosen.
-        committed_version: The target's committed ``txn`` version, or ``None``.
-        pending_versions: Staged, uncommitted versions, ascending.
-        pending: The same, with rows and staging time.
-        leftover_versions: Committed versions whose staging data is not yet removed.
-        target_exists: Whether the target table exists yet.
-        merge: The MergeSpec recorded in the staging table, if any.
-        quarantined: Quarantined versions and the failed check, if any.
-    """
-
-    target: str
-    staging: str
-    app_id: str
-    engine: str
-    engine_reason: str
-    committed_version: int | None
-    pending_versions: list[int]
-    pending: tuple[StagedVersion, ...] = ()
-    leftover_versions: list[int] = field(default_factory=list)
-    target_exists: bool = False
-    merge: MergeSpec | None = None
-    quarantined: dict[int, str] = field(default_factory=dict)
-
-    def to_dict(self, *, now: datetime | None = None) -> dict[str, Any]:
-        """A JSON-ready dict (the CLI's ``--json`` output)."""
-        now = now or datetime.now(timezone.utc)
-        return {
-            "target": self.target,
-            "staging": self.staging,
-            "app_id": self.app_id,
-            "engine": self.engine,
-            "engine_reason": self.engine_reason,
-            "target_exists": self.target_exists,
-            "committed_version": self.committed_version,
-            "pending_versions": self.pending_versions,
-            "pending": [
-                {
-                    "version": s.version,
-                    "rows": s.rows,
-                    "staged_at": s.staged_at.isoformat(),
-                    "age_s": round((now - s.staged_at).total_seconds(), 3),
-                }
-                for s in self.pending
-            ],
-            "leftover_versions": self.leftover_versions,
-            "quarantined": [
-                {"version": v, "reason": r} for v, r in sorted(self.quarantined.items())
-            ],
-            "merge": None if self.merge is None else json_spec(self.merge),
-        }
-
-
-def json_spec(spec: MergeSpec) -> dict[str, Any]:
-    """A MergeSpec as a plain dict."""
-    import json
-
-    data: dict[str, Any] = json.loads(spec.to_json())
-    return data
 
 
 class DeltaSink:
@@ -237,40 +156,29 @@ class DeltaSink:
             raise ConfigurationError(
                 f"max_commit_attempts must be an int ≥ 1, got {max_commit_attempts!r}."
             )
-        self._backend: Backend
-        if chosen == "spark":
-            from deltasink.backends.spark import SparkBackend
-
-            self._backend = SparkBackend(
-                spark=spark,
+        if chosen == "embedded" and catalog:
+            raise ConfigurationError(
+                f"target {self.target!r} is a catalog table name; the embedded engine "
+                "writes Delta tables by path. Pass a path, or use engine='spark' with a "
+                "Delta-enabled session.",
+                table=self.target,
+            )
+        parts = connect(
+            chosen,
+            SinkConfig(
                 target=self.target,
                 staging=self.staging,
                 app_id=app_id,
-                spec=merge,
-                max_attempts=max_commit_attempts,
+                merge=merge,
+                max_commit_attempts=max_commit_attempts,
                 storage_options=storage_options,
-                checks=checks or (),
-            )
-        else:
-            if catalog:
-                raise ConfigurationError(
-                    f"target {self.target!r} is a catalog table name; the embedded engine "
-                    "writes Delta tables by path. Pass a path, or use engine='spark' with a "
-                    "Delta-enabled session.",
-                    table=self.target,
-                )
-            self._backend = EmbeddedBackend(
-                target=TargetTable(
-                    self.target, storage_options=storage_options, max_attempts=max_commit_attempts
-                ),
-                staging=StagingTable(
-                    self.staging, target=self.target, app_id=app_id, storage_options=storage_options
-                ),
-                app_id=app_id,
-                spec=merge,
                 checks=checks,
                 unverifiable_checks=unverifiable_checks,
-            )
+                spark=spark,
+            ),
+        )
+        self._backend: CommitPort = parts.commit
+        self._maintenance: MaintenancePort = parts.maintenance
         self._post_commit = tuple(post_commit)
         self._spark = spark
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
@@ -332,14 +240,12 @@ class DeltaSink:
 
         Safe to repeat with the same version after a crash (it changes nothing twice).
         """
-        if isinstance(self._backend, EmbeddedBackend):
-            # The stage commit records the publish intent too (saves a staging commit).
-            self._backend.write_through = version
+        # The stage commit may record the publish intent too (saves a staging commit).
+        self._backend.write_through = version
         try:
             self._core.pre_commit(df, version)
         finally:
-            if isinstance(self._backend, EmbeddedBackend):
-                self._backend.write_through = None
+            self._backend.write_through = None
         return self.commit(version)
 
     def _after(self, report: CommitReport) -> CommitReport:
@@ -426,16 +332,16 @@ class DeltaSink:
         seconds = retention.total_seconds() if isinstance(retention, timedelta) else retention
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
             raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
-        return self._backend.gc(timedelta(seconds=seconds), dry_run=dry_run)
+        return self._maintenance.gc(timedelta(seconds=seconds), dry_run=dry_run)
 
     def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
         """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``)."""
-        self._backend.optimize(z_order_by)
+        self._maintenance.optimize(z_order_by)
 
     def commits_since_optimize(self, limit: int = 1000) -> int:
         """This writer's target commits since the target's last OPTIMIZE (up to
         ``limit``), from the Delta history."""
-        return self._backend.commits_since_optimize(limit)
+        return self._maintenance.commits_since_optimize(limit)
 
     def ledger(self, spark: Any = None, *, limit: int | None = None) -> Any:
         """The commit ledger as a Spark DataFrame, one row per committed version.
@@ -454,7 +360,7 @@ class DeltaSink:
         """
         session = spark or self._spark
         if session is None:
-            from deltasink.engine import embedded_spark
+            from deltasink.backends.embedded import embedded_spark
 
             session = embedded_spark()
         return session.createDataFrame(ledger_table(self.app_id, self.history(limit)))
@@ -465,4 +371,4 @@ class DeltaSink:
         Args:
             limit: Look at most at this many of the target's most recent commits.
         """
-        return self._backend.history(limit)
+        return self._maintenance.history(limit)

@@ -31,7 +31,7 @@ import pytest
 from deltasink import DeltaSink, FencedError, MergeSpec, checks
 from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
-from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA
+from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from tests import support
 from tests.contract import Harness, SinkContract
 

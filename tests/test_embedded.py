@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from deltasink import DeltaSink, InvalidVersionError, MergeSpec, __version__
 from deltasink.guards import PROP_APP, PROP_TARGET
-from deltasink.staging import PROP_SPEC
+from deltasink.layout import PROP_SPEC
 from tests import support
 
 SCHEMA = "id long, value string, ts long"
@@ -278,7 +278,7 @@ def test_staged_rows_are_exactly_the_batch(target: str, batch_rows: int) -> None
     )
     committable = sink.pre_commit(table, 0)
     assert committable.rows == batch_rows
-    staged = sink._backend.staging.read(0)  # type: ignore[attr-defined]
+    staged = sink._backend.log.read(0)  # type: ignore[attr-defined]
     assert staged.num_rows == batch_rows
     assert sorted(staged.column("id").to_pylist()) == list(range(batch_rows))
 

@@ -12,9 +12,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltasink import DeltaSink, MergeSpec
-from deltasink.deltalog import post_commit_hooks
+from deltasink.backends.embedded.deltalog import post_commit_hooks
+from deltasink.backends.embedded.staging import StagingLog
 from deltasink.merge import key_ranges
-from deltasink.staging import StagingTable
 from tests import support
 
 
@@ -201,10 +201,10 @@ def test_a_file_without_key_statistics_forces_a_merge(target: str) -> None:
 def test_write_publishes_the_batch_it_just_staged_without_reading_it_back(
     target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(self: StagingTable, version: int) -> pa.Table:
+    def refuse(self: StagingLog, version: int) -> pa.Table:
         raise AssertionError(f"version {version} was read back from staging")
 
-    monkeypatch.setattr(StagingTable, "read", refuse)
+    monkeypatch.setattr(StagingLog, "read", refuse)
     sink = DeltaSink(target, "memory", MergeSpec(keys=["id"]))
     sink.write(pa.table({"id": [1, 2], "v": ["a", "b"]}), 0)
     sink.write(pa.table({"id": [2, 3], "v": ["B", "c"]}), 1)

@@ -33,14 +33,20 @@ from deltasink import (
 )
 from deltasink.backends import select_engine
 from deltasink.backends.spark import SparkBackend
+from deltasink.backends.spark.conf import (
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+    delta_txn,
+    session_conf,
+)
+from deltasink.backends.spark.errors import is_conflict
 from deltasink.backends.spark.ledger import StagingLedger, new_commits
-from deltasink.backends.spark.session import is_conflict
 from deltasink.backends.spark.tables import ddl_columns, ddl_type, table_ref
 from deltasink.backends.spark.validate import prepare_frame
 from deltasink.batch import collect, prepare
 from deltasink.cli import app
-from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA, delta_txn, session_conf
-from deltasink.staging import VERSION_COLUMN
+from deltasink.layout import VERSION_COLUMN
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])
@@ -483,8 +489,8 @@ def test_spark_backend_reads_the_state_the_embedded_backend_wrote(spark: Any, ta
     assert state.staged == expected.staged
     assert backend.recorded_spec() == UPSERT
     assert backend.target_exists()
-    assert backend.history(None) == embedded.history()
-    assert backend.commits_since_optimize(10) == 1
+    assert backend.maintenance().history(None) == embedded.history()
+    assert backend.maintenance().commits_since_optimize(10) == 1
     with pytest.raises(StagingOwnershipError, match="belongs to target"):
         SparkBackend(
             spark=spark, target=target + "-other", staging=embedded.staging, app_id="app", spec=None

@@ -156,7 +156,7 @@ def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path) -
     assert sink.status().pending_versions == []
     assert support.staged_versions(sink.staging) == []
 
-    # deltasink.sparkconf on a classic session (checked by the job, reported here).
+    # deltasink.backends.spark.conf on a classic session (checked by the job, reported here).
     assert started["conf"] == {
         "before": None,
         "inside": "inside",

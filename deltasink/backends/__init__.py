@@ -1,62 +1,46 @@
-"""Backends: who makes the Delta commits. The facade talks to them through
-:class:`Backend`, the protocol core through its :class:`~deltasink.protocol.Participant`
-part.
+"""Engines: who makes the Delta commits. Two rooms of the same shape, each offering
+the facade the two ports of :mod:`deltasink.backends.ports` through ``connect``:
 
 * ``embedded`` (:mod:`deltasink.backends.embedded`): delta-rs makes every commit; data
   arrives as Arrow from any PySpark session (Sail, classic without Delta jars) or Arrow.
 * ``spark`` (:mod:`deltasink.backends.spark`): the Spark session makes the commits with
   Delta's own idempotent writes (``txnAppId``/``txnVersion``); needs delta-spark or
   Databricks.
+
+This module picks one (:func:`select_engine`) and opens it (:func:`connect`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from deltasink.history import HistoryEntry
-from deltasink.protocol import Participant
-from deltasink.spec import MergeSpec
-from deltasink.staging import GcResult
+from deltasink.backends.ports import CommitPort, EngineParts, MaintenancePort, SinkConfig
+from deltasink.locations import is_catalog_name
 
-__all__ = ["Backend", "Engine", "delta_enabled", "is_catalog_name", "select_engine"]
+__all__ = [
+    "CommitPort",
+    "Engine",
+    "EngineParts",
+    "MaintenancePort",
+    "SinkConfig",
+    "connect",
+    "delta_enabled",
+    "is_catalog_name",
+    "select_engine",
+]
 
 Engine = Literal["auto", "embedded", "spark"]
 
 
-class Backend(Participant[object], Protocol):
-    """What :class:`~deltasink.DeltaSink` needs from a backend, beyond the port."""
+def connect(engine: Literal["embedded", "spark"], config: SinkConfig) -> EngineParts:
+    """Open ``config``'s tables on ``engine`` (imported only when chosen)."""
+    if engine == "spark":
+        from deltasink.backends import spark
 
-    name: str
+        return spark.connect(config)
+    from deltasink.backends import embedded
 
-    def claim(self) -> None:
-        """Take over the writer role (fencing older writers)."""
-        ...
-
-    def recorded_spec(self) -> MergeSpec | None:
-        """The MergeSpec recorded in the staging table, if any."""
-        ...
-
-    def target_exists(self) -> bool:
-        """Whether the target table exists yet."""
-        ...
-
-    def history(self, limit: int | None) -> list[HistoryEntry]:
-        """This writer's commits to the target, newest first."""
-        ...
-
-    def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
-        """Expire unreferenced staging files and compact the staging log."""
-        ...
-
-    def optimize(self, z_order_by: Sequence[str]) -> None:
-        """Compact the target's files (OPTIMIZE, Z-ORDER when columns are given)."""
-        ...
-
-    def commits_since_optimize(self, limit: int) -> int:
-        """This writer's target commits since the last OPTIMIZE, counting up to ``limit``."""
-        ...
+    return embedded.connect(config)
 
 
 def delta_enabled(spark: Any) -> str | None:
@@ -115,8 +99,3 @@ def select_engine(
     if is_catalog_name(target):
         return "spark", "auto: the target is a catalog table name"
     return "embedded", "auto: no Delta-enabled Spark session, so delta-rs makes the commits"
-
-
-def is_catalog_name(target: str) -> bool:
-    """``catalog.schema.table`` or ``schema.table`` (no slash, no scheme)."""
-    return "/" not in target and "\\" not in target and ":" not in target and "." in target

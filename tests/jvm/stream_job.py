@@ -21,7 +21,13 @@ from pyspark.sql import SparkSession
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink.backends import select_engine
-from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA, delta_txn, session_conf
+from deltasink.backends.spark.conf import (
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+    delta_txn,
+    session_conf,
+)
 
 
 def say(event: str, **fields: Any) -> None:
@@ -29,7 +35,7 @@ def say(event: str, **fields: Any) -> None:
 
 
 def conf_checks(spark: Any) -> dict[str, Any]:
-    """:mod:`deltasink.sparkconf` on a classic session's ``RuntimeConfig``."""
+    """:mod:`deltasink.backends.spark.conf` on a classic session's ``RuntimeConfig``."""
     key = "spark.deltasink.test.key"
     found: dict[str, Any] = {"before": spark.conf.get(key, None)}
     with session_conf(spark, {key: "inside"}):

@@ -15,7 +15,7 @@ switch engines on the same tables; see ``docs/spark-backend.md``):
   from the same :class:`~deltasink.merge.MergePlan` as the embedded engine's, with the
   SQL confs ``spark.databricks.delta.write.txnAppId``/``.txnVersion`` (and
   ``commitInfo.userMetadata``) set around that one statement and restored afterwards
-  (:mod:`deltasink.sparkconf`): the data change and ``txn(app_id, version)`` are one
+  (:mod:`~deltasink.backends.spark.conf`): the data change and ``txn(app_id, version)`` are one
   commit, and Delta itself skips a replay.
 * **read the logs**: through delta-rs when the tables are paths it can open (the
   target's ``txn`` version, the staging partitions); otherwise through Spark
@@ -27,11 +27,13 @@ switch engines on the same tables; see ``docs/spark-backend.md``):
 
 The modules, one concept each:
 
-* :mod:`~deltasink.backends.spark.backend`: :class:`SparkBackend`, the port, wiring
-  the parts below.
+* :mod:`~deltasink.backends.spark.backend`: :class:`SparkBackend`, the commit port,
+  wiring the parts below; :mod:`~deltasink.backends.spark.maintenance`: the
+  maintenance port.
 * :mod:`~deltasink.backends.spark.tables`: table references, DDL, SQL literals.
 * :mod:`~deltasink.backends.spark.session`: statements and ``txn``-tagged writes on the
-  session; which errors are conflicts.
+  session; :mod:`~deltasink.backends.spark.conf`: the scoped ``txn`` confs;
+  :mod:`~deltasink.backends.spark.errors`: which errors are conflicts, by type.
 * :mod:`~deltasink.backends.spark.validate`: batch validation on Spark.
 * :mod:`~deltasink.backends.spark.ledger`: the staging history's ``userMetadata``
   records (empty versions, columns per version).
@@ -44,10 +46,37 @@ The modules, one concept each:
 
 from __future__ import annotations
 
+from deltasink.backends.ports import EngineParts, SinkConfig
+
 from .backend import SparkBackend
 from .ledger import StagingLedger
 from .logs import LogReader
+from .maintenance import SparkMaintenance
 from .tables import ddl_type, table_ref
 from .validate import prepare_frame
 
-__all__ = ["LogReader", "SparkBackend", "StagingLedger", "ddl_type", "prepare_frame", "table_ref"]
+__all__ = [
+    "LogReader",
+    "SparkBackend",
+    "SparkMaintenance",
+    "StagingLedger",
+    "connect",
+    "ddl_type",
+    "prepare_frame",
+    "table_ref",
+]
+
+
+def connect(config: SinkConfig) -> EngineParts:
+    """Open one writer's tables on the spark engine (nothing is read or written yet)."""
+    commit = SparkBackend(
+        spark=config.spark,
+        target=config.target,
+        staging=config.staging,
+        app_id=config.app_id,
+        spec=config.merge,
+        max_attempts=config.max_commit_attempts,
+        storage_options=config.storage_options,
+        checks=config.checks or (),
+    )
+    return EngineParts(commit, commit.maintenance())

@@ -1,35 +1,28 @@
-""":class:`SparkBackend`, the Spark backend's port: the protocol's
-:class:`~deltasink.protocol.Participant` (with fencing, coalescing and
-write-audit-publish) and what :class:`~deltasink.backends.Backend` adds, wired from the
-parts of this package.
+""":class:`SparkBackend`, the spark engine's commit port
+(:class:`~deltasink.backends.ports.CommitPort`): the protocol's participant with
+fencing, coalescing and write-audit-publish, wired from the parts of this package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
 from deltasink import _faults
-from deltasink.batch import quote, spark_arrow
+from deltasink.batch import spark_arrow
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import refuse_spec_change
-from deltasink.history import (
-    HistoryEntry,
-    count_since_optimize,
-    history_from_commits,
-    previous_rows,
-    user_metadata,
-)
-from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
-from deltasink.sparkconf import session_conf
+from deltasink.history import history_from_commits, previous_rows, user_metadata
+from deltasink.layout import PROP_SPEC
+from deltasink.participant import DiscardReason
+from deltasink.protocol import CommitResult, LogState, StagedVersion
 from deltasink.spec import MergeSpec
-from deltasink.staging import PROP_SPEC, GcResult
 
 from .fencing import Fence
 from .logs import LogReader, SparkLogs
+from .maintenance import SparkMaintenance
 from .publish import TargetWriter, source_sql
 from .session import SparkSql
 from .stage import StagingWriter
@@ -66,6 +59,8 @@ class SparkBackend:
     name = "spark"
     reason = "Spark makes every Delta commit, with Delta's own txn idempotency"
     default_log_reader: ClassVar[LogReader] = "auto"
+    #: Unused here: this engine records no publish intent (docs/spark-backend.md).
+    write_through: int | None = None
 
     def __init__(
         self,
@@ -103,6 +98,10 @@ class SparkBackend:
         self._target_writer = TargetWriter(
             self._sql, self._logs, self._fence, self.tables, max_attempts=max_attempts
         )
+
+    def maintenance(self) -> SparkMaintenance:
+        """The maintenance port over this backend's session and logs."""
+        return SparkMaintenance(self._sql, self._logs, self.tables)
 
     # -- configuration -------------------------------------------------------------------
 
@@ -260,7 +259,9 @@ class SparkBackend:
             target=self.target,
             _arrow=lambda: spark_arrow(dataframe()),
             _dataframe=dataframe,
-            _previous_rows=lambda: previous_rows(self.history(20)),
+            _previous_rows=lambda: previous_rows(
+                history_from_commits(self._logs.target_commits(20), self.app_id)
+            ),
         )
         return run_checks(self.checks, batch)
 
@@ -277,33 +278,3 @@ class SparkBackend:
         self._fence.fence()
         self._staging_writer.lift_quarantine([version])
         return self._staging_writer.append(version, prepared, operation="restage")
-
-    # -- operations ----------------------------------------------------------------------
-
-    def history(self, limit: int | None) -> list[HistoryEntry]:
-        return history_from_commits(self._logs.target_commits(limit), self.app_id)
-
-    def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
-        """``VACUUM`` the staging table (files of committed, aborted and abandoned
-        versions, and orphans); Delta checkpoints and expires its log by itself."""
-        if self._logs.staging_props() is None:
-            return GcResult((), dry_run)
-        hours = retention.total_seconds() / 3600
-        vacuum = f"VACUUM {self.staging_ref} RETAIN {hours:.6f} HOURS"
-        settings = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}
-        with session_conf(self._sql.session(), settings):
-            files = tuple(sorted(str(r[0]) for r in self._sql.sql(vacuum + " DRY RUN")))
-            if not dry_run and files:
-                self._sql.sql(vacuum, user_metadata=user_metadata("gc", self.app_id, None))
-        return GcResult(files, dry_run)
-
-    def optimize(self, z_order_by: Sequence[str]) -> None:
-        """``OPTIMIZE`` the target (``ZORDER BY`` the given columns)."""
-        if not self.target_exists():
-            return
-        zorder = f" ZORDER BY ({', '.join(quote(c) for c in z_order_by)})" if z_order_by else ""
-        self._sql.sql(f"OPTIMIZE {self.target_ref}{zorder}")
-
-    def commits_since_optimize(self, limit: int) -> int:
-        """This app's target commits since the target's last OPTIMIZE (up to ``limit``)."""
-        return count_since_optimize(self._logs.target_commits(4 * limit + 16), self.app_id, limit)

@@ -11,10 +11,12 @@ import uuid
 
 from deltasink.errors import CommitError, FencedError
 from deltasink.history import user_metadata
-from deltasink.staging import PROP_EPOCH
+from deltasink.layout import PROP_EPOCH
+from deltasink.retry import retry
 
+from .errors import is_conflict
 from .logs import SparkLogs
-from .session import SparkSql, is_conflict
+from .session import SparkSql
 from .tables import Tables
 
 __all__ = ["PROP_EPOCH_OWNER", "Fence"]
@@ -24,6 +26,10 @@ logger = logging.getLogger("deltasink")
 #: Staging table property: the token of the writer that claimed the current epoch.
 PROP_EPOCH_OWNER = "deltasink.epochOwner"
 _CLAIM_ATTEMPTS = 20
+
+
+class _ClaimLost(Exception):
+    """Two claimers wrote the same epoch and the other one's token stayed."""
 
 
 class Fence:
@@ -91,29 +97,35 @@ class Fence:
         tells them apart (the last one wins, the other claims again)."""
         t = self.tables
         token = uuid.uuid4().hex
-        for _ in range(_CLAIM_ATTEMPTS):
+
+        def once() -> int:
             props = self._logs.staging_props()
             assert props is not None
             epoch = int(props.get(PROP_EPOCH, "0")) + 1
-            try:
-                self._sql.set_props(
-                    t.staging_ref,
-                    {PROP_EPOCH: str(epoch), PROP_EPOCH_OWNER: token},
-                    user_metadata("claim-epoch", t.app_id, None),
-                )
-            except Exception as exc:
-                if is_conflict(exc):  # another writer claimed at the same time
-                    continue
-                raise
+            self._sql.set_props(
+                t.staging_ref,
+                {PROP_EPOCH: str(epoch), PROP_EPOCH_OWNER: token},
+                user_metadata("claim-epoch", t.app_id, None),
+            )
             now = self._logs.staging_props() or {}
             if now.get(PROP_EPOCH) == str(epoch) and now.get(PROP_EPOCH_OWNER) == token:
-                logger.debug("app %r claimed staging epoch %s", t.app_id, epoch)
-                self._owner = token
                 return epoch
-        raise CommitError(
-            f"could not claim a writer epoch on {t.staging} after {_CLAIM_ATTEMPTS} "
-            "attempts: other writers with the same app_id keep claiming it. Run one writer "
-            "per app_id.",
-            table=t.staging,
-            app_id=t.app_id,
+            raise _ClaimLost(epoch)  # another claimer wrote the same epoch after us
+
+        epoch = retry(
+            once,
+            attempts=_CLAIM_ATTEMPTS,
+            # another writer claimed at the same time
+            retryable=lambda exc: isinstance(exc, _ClaimLost) or is_conflict(exc),
+            exhausted=lambda n, _exc: CommitError(
+                f"could not claim a writer epoch on {t.staging} after {n} attempts: other "
+                "writers with the same app_id keep claiming it. Run one writer per app_id.",
+                table=t.staging,
+                app_id=t.app_id,
+            ),
+            what=f"claiming an epoch on {t.staging}",
+            cap=0.0,
         )
+        logger.debug("app %r claimed staging epoch %s", t.app_id, epoch)
+        self._owner = token
+        return epoch

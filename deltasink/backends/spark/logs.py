@@ -7,33 +7,29 @@ a ``GROUP BY`` over the staging partitions). Either way the staging history feed
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from deltasink.backends.embedded.staging import StagingLog
+from deltasink.backends.embedded.target import TargetTable
 from deltasink.batch import DELETE_COLUMN, quote
-from deltasink.deltalog import is_local
 from deltasink.errors import ConfigurationError
 from deltasink.guards import MarkGuard, check_owner
 from deltasink.history import history_from_commits
+from deltasink.layout import PROP_SPEC, VERSION_COLUMN, Quarantine
+from deltasink.locations import is_local
 from deltasink.protocol import LogState, StagedVersion
 from deltasink.spec import MergeSpec
-from deltasink.staging import (
-    PROP_QUARANTINE,
-    PROP_SPEC,
-    VERSION_COLUMN,
-    StagingTable,
-)
-from deltasink.target import TargetTable
 
+from .errors import is_missing
 from .ledger import StagingLedger, new_commits
-from .session import SparkSql, is_missing
+from .session import SparkSql
 from .tables import Tables
 
-__all__ = ["LogReader", "SparkLogs", "quarantine_records"]
+__all__ = ["LogReader", "SparkLogs"]
 
 logger = logging.getLogger("deltasink")
 
@@ -55,13 +51,6 @@ def _uses_delta_rs(reader: LogReader, tables: Tables, options: Mapping[str, str]
     if is_local(tables.target) and is_local(tables.staging):
         return not os.environ.get("DATABRICKS_RUNTIME_VERSION")
     return bool(options)
-
-
-def quarantine_records(props: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """The staging property ``deltasink.quarantine``: ``{version: {reason, at}}``."""
-    text = props.get(PROP_QUARANTINE)
-    records: dict[str, dict[str, str]] = json.loads(text) if text else {}
-    return records
 
 
 class SparkLogs:
@@ -90,13 +79,13 @@ class SparkLogs:
     ) -> None:
         self._sql = sql
         self.tables = tables
-        self._rs: tuple[TargetTable, StagingTable] | None = None
+        self._rs: tuple[TargetTable, StagingLog] | None = None
         if _uses_delta_rs(reader, tables, storage_options):
             self._rs = (
                 TargetTable(
                     tables.target, storage_options=storage_options, max_attempts=max_attempts
                 ),
-                StagingTable(
+                StagingLog(
                     tables.staging,
                     target=tables.target,
                     app_id=tables.app_id,
@@ -278,5 +267,5 @@ class SparkLogs:
             if v not in have and (committed is None or v > committed)
         ]
         staged = tuple(sorted([*parts, *empties], key=lambda s: s.version))
-        quarantined = {int(v): r["reason"] for v, r in quarantine_records(props).items()}
+        quarantined = Quarantine.from_props(props).reasons()
         return LogState(committed, staged, quarantined)

@@ -8,7 +8,6 @@ SQL confs set around the MERGE, or the DataFrameWriter options for an append.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,15 +18,17 @@ from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
 from deltasink.errors import CommitError
 from deltasink.history import history_from_commits, user_metadata
+from deltasink.layout import VERSION_COLUMN
 from deltasink.merge import compile_merge, key_ranges
 from deltasink.protocol import CommitResult
-from deltasink.sparkconf import delta_txn
+from deltasink.retry import retry
 from deltasink.spec import MergeSpec
-from deltasink.staging import VERSION_COLUMN
 
+from .conf import delta_txn
+from .errors import is_conflict
 from .fencing import Fence
 from .logs import SparkLogs
-from .session import SparkSql, is_conflict
+from .session import SparkSql
 from .tables import RANK_COLUMN, Tables, fill_select, struct
 
 __all__ = ["TargetWriter", "guarded", "key_prune", "merge_sql", "source_sql"]
@@ -196,7 +197,8 @@ class TargetWriter:
         """
         t = self.tables
         version = versions[-1]
-        for attempt in range(1, self.max_attempts + 1):
+
+        def once() -> CommitResult:
             self._fence.check()
             committed = self._logs.committed()
             if committed is not None and committed >= version:
@@ -210,26 +212,23 @@ class TargetWriter:
                     version=version,
                 )
             start = time.perf_counter()
-            try:
-                self.apply_once(versions, columns, spec)
-            except Exception as exc:
-                if not is_conflict(exc):
-                    raise
-                if attempt == self.max_attempts:
-                    raise CommitError(
-                        f"the commit of version {version} into {t.target} conflicted with "
-                        f"concurrent writers {attempt} times in a row (last: {exc}). Retry "
-                        "later (recover()), or reduce concurrent writes to the table.",
-                        table=t.target,
-                        app_id=t.app_id,
-                        version=version,
-                    ) from exc
-                delay = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
-                logger.info("commit of version %s conflicted (%s); retrying", version, exc)
-                time.sleep(delay)
-                continue
+            self.apply_once(versions, columns, spec)
             return self.result(version, rows, time.perf_counter() - start)
-        raise AssertionError("unreachable")
+
+        return retry(
+            once,
+            attempts=self.max_attempts,
+            retryable=is_conflict,
+            exhausted=lambda n, exc: CommitError(
+                f"the commit of version {version} into {t.target} conflicted with "
+                f"concurrent writers {n} times in a row (last: {exc}). Retry later "
+                "(recover()), or reduce concurrent writes to the table.",
+                table=t.target,
+                app_id=t.app_id,
+                version=version,
+            ),
+            what=f"the commit of version {version} into {t.target}",
+        )
 
     def apply_once(self, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check

@@ -1,52 +1,23 @@
 """The Spark session as the Spark backend uses it: statements run with Delta's ``txn``
-confs scoped around them (:mod:`deltasink.sparkconf`), DataFrameWriter commits tagged
+confs scoped around them (:mod:`.conf`), DataFrameWriter commits tagged
 ``txn(app_id, version)``, ``DESCRIBE HISTORY`` as dicts, table properties and columns
-altered, and which Spark errors mean a concurrency conflict or a missing table.
+altered (which errors are conflicts or missing tables: :mod:`.errors`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deltasink.backends import is_catalog_name
 from deltasink.errors import ConfigurationError
 from deltasink.history import user_metadata
-from deltasink.sparkconf import TXN_APP_ID, TXN_VERSION, USER_METADATA, session_conf
+from deltasink.locations import is_catalog_name
 
+from .conf import TXN_APP_ID, TXN_VERSION, USER_METADATA, session_conf
+from .errors import is_missing
 from .tables import Tables, ddl_columns, props_sql, struct
 
-__all__ = ["SparkSql", "is_conflict", "is_missing"]
-
-_CONFLICT = re.compile(
-    r"Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException|"
-    r"DELTA_CONCURRENT_\w+|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
-)
-_MISSING = re.compile(
-    r"DELTA_MISSING_DELTA_TABLE|DELTA_TABLE_NOT_FOUND|TABLE_OR_VIEW_NOT_FOUND|PATH_NOT_FOUND|"
-    r"is not a Delta table|does not exist|doesn't exist|Table or view not found",
-    re.IGNORECASE,
-)
-
-
-def _matches(exc: BaseException, pattern: re.Pattern[str]) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if pattern.search(f"{type(seen).__name__}: {seen}"):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def is_conflict(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Delta optimistic-concurrency conflict (worth retrying)."""
-    return _matches(exc, _CONFLICT)
-
-
-def is_missing(exc: BaseException) -> bool:
-    """Whether ``exc`` says the table does not exist (yet)."""
-    return _matches(exc, _MISSING)
+__all__ = ["SparkSql"]
 
 
 class SparkSql:

@@ -12,23 +12,25 @@ from datetime import datetime, timezone
 
 from deltasink import _faults
 from deltasink.batch import quote
-from deltasink.guards import PROP_APP, PROP_TARGET
 from deltasink.history import user_metadata
-from deltasink.protocol import DiscardReason, StagedVersion
-from deltasink.spec import MergeSpec
-from deltasink.staging import (
+from deltasink.layout import (
     FORMAT,
+    PROP_APP,
     PROP_EPOCH,
     PROP_FORMAT,
-    PROP_QUARANTINE,
     PROP_SPEC,
+    PROP_TARGET,
     VERSION_COLUMN,
+    Quarantine,
 )
+from deltasink.protocol import DiscardReason, StagedVersion
+from deltasink.spec import MergeSpec
 
+from .errors import is_conflict
 from .fencing import Fence
 from .ledger import LEDGER_SUFFIX
-from .logs import SparkLogs, quarantine_records
-from .session import SparkSql, is_conflict
+from .logs import SparkLogs
+from .session import SparkSql
 from .tables import Tables, ddl_columns, fill_select, props_sql
 from .validate import PreparedFrame
 
@@ -152,26 +154,20 @@ class StagingWriter:
 
     def quarantine(self, version: int, reason: str) -> None:
         """Record the quarantine of ``version`` in the staging table's properties."""
-        records = quarantine_records(self._logs.staging_props() or {})
-        records[str(version)] = {
-            "reason": reason,
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
+        records = Quarantine.from_props(self._logs.staging_props() or {})
         self._sql.set_props(
             self.tables.staging_ref,
-            {PROP_QUARANTINE: json.dumps(records, sort_keys=True)},
+            records.with_version(version, reason).to_props(),
             user_metadata("quarantine", self.tables.app_id, version),
         )
 
     def lift_quarantine(self, versions: Iterable[int]) -> None:
         """Lift the quarantine of those of ``versions`` that are quarantined."""
-        records = quarantine_records(self._logs.staging_props() or {})
-        lifted = [str(v) for v in versions if str(v) in records]
-        if lifted:
-            for key in lifted:
-                records.pop(key)
+        listed = list(versions)
+        records = Quarantine.from_props(self._logs.staging_props() or {})
+        if any(v in records for v in listed):
             self._sql.set_props(
                 self.tables.staging_ref,
-                {PROP_QUARANTINE: json.dumps(records, sort_keys=True)},
+                records.without(listed).to_props(),
                 user_metadata("release", self.tables.app_id, None),
             )

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltasink.backends import is_catalog_name
 from deltasink.batch import quote
 from deltasink.errors import ConfigurationError
+from deltasink.locations import is_catalog_name
 
 __all__ = [
     "RANK_COLUMN",

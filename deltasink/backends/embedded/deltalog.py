@@ -1,4 +1,6 @@
-"""Small helpers over delta-rs shared by the staging and target tables."""
+"""Small helpers over delta-rs: opening a table safely, refreshing it, and the
+properties and hooks of deltasink's commits (staging and target tables; the spark
+engine reads path tables' logs with them too)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
@@ -16,35 +17,17 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltasink._version import __version__
 from deltasink.errors import NotADeltaTableError, StorageError
 from deltasink.history import user_metadata
+from deltasink.locations import is_local
 
 __all__ = [
     "arrow_schema",
     "commit_properties",
-    "is_local",
-    "normalize_uri",
     "now_ms",
     "open_table",
     "plain",
     "post_commit_hooks",
     "refresh",
 ]
-
-
-def is_local(uri: str) -> bool:
-    """Whether ``uri`` is a local filesystem path (no scheme, or ``file://``)."""
-    scheme = urlparse(uri).scheme
-    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
-
-
-def normalize_uri(path: str | os.PathLike[str]) -> str:
-    """An absolute, comparable form of a table location (local paths made absolute,
-    ``file://`` removed, trailing slashes dropped)."""
-    text = os.fspath(path)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    if is_local(text):
-        return os.path.abspath(os.path.expanduser(text))
-    return text.rstrip("/")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -1,4 +1,4 @@
-"""The embedded backend: staging and target written with delta-rs.
+"""The embedded engine's commit port: staging and target written with delta-rs.
 
 Used with the embedded engine (Sail) and with any Spark session whose Delta writes
 cannot carry ``txn`` markers. Data arrives as Arrow; every Delta commit is made here,
@@ -10,26 +10,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
-from typing import Any, Literal
+from typing import Literal
 
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import DELETE_COLUMN, coalesce, collect, prepare
-from deltasink.checks import Check, StagedBatch, decode, encode, run_checks
-from deltasink.errors import CommitError, ConfigurationError, UnverifiableChecksError
+from deltasink.batch import collect, prepare
+from deltasink.checks import Check
+from deltasink.coalesce import coalesce
+from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import MarkGuard, refuse_spec_change
-from deltasink.history import (
-    HistoryEntry,
-    count_since_optimize,
-    history_from_commits,
-    previous_rows,
-)
-from deltasink.protocol import CommitResult, DiscardReason, LogState, StagedVersion
+from deltasink.participant import DiscardReason
+from deltasink.protocol import CommitResult, LogState, StagedVersion
 from deltasink.spec import MergeSpec
-from deltasink.staging import GcResult, StagingTable
-from deltasink.target import TargetTable
+
+from .audit import Auditor
+from .maintenance import target_history
+from .staging import Epochs, StagingLog, StagingWriter
+from .target import TargetTable
 
 __all__ = ["EmbeddedBackend"]
 
@@ -37,14 +35,16 @@ logger = logging.getLogger("deltasink")
 
 
 class EmbeddedBackend:
-    """:class:`~deltasink.protocol.Participant` over delta-rs (with coalescing).
+    """The embedded engine's :class:`~deltasink.backends.ports.CommitPort`: a
+    :class:`~deltasink.participant.Participant` over delta-rs, with fencing,
+    coalescing and write-audit-publish.
 
     Fencing: the first write of a backend object claims a new epoch in the staging
-    table; every later write checks it is still current (see ``staging.py``).
+    table; every later write checks it is still current (:mod:`.staging.fencing`).
 
     Args:
         target: The target table.
-        staging: The staging table of ``(target, app_id)``.
+        staging: The staging table's reader; its writer and fencing are built on it.
         app_id: The writer.
         spec: The MergeSpec for new versions; ``None`` means the one recorded in the
             staging table.
@@ -62,20 +62,26 @@ class EmbeddedBackend:
         self,
         *,
         target: TargetTable,
-        staging: StagingTable,
+        staging: StagingLog,
         app_id: str,
         spec: MergeSpec | None,
         checks: Sequence[Check] | None = (),
         unverifiable_checks: Literal["refuse", "skip"] = "refuse",
     ) -> None:
         self.target = target
-        # The job's own checks (recorded on staging), or None: run the recorded ones.
-        self._own_checks = checks is not None
-        self.checks = tuple(checks or ())
-        self.unverifiable_checks = unverifiable_checks
-        self.staging = staging
+        self.log = staging
+        self.epochs = Epochs(staging)
+        self.writer = StagingWriter(staging, self.epochs)
         self.app_id = app_id
         self._spec = spec
+        self._auditor = Auditor(
+            staging,
+            target=target.uri,
+            checks=checks,
+            unverifiable=unverifiable_checks,
+            data=self._data,
+            history=lambda limit: target_history(target, app_id, limit),
+        )
         self._epoch: int | None = None
         self._guard = MarkGuard(app_id, target.uri)
         # The last staged batch, kept so that write() publishes without re-reading it.
@@ -90,7 +96,7 @@ class EmbeddedBackend:
 
     def spec_for_new_versions(self) -> MergeSpec:
         """The spec new versions are staged with."""
-        spec = self._spec or self.staging.recorded_spec(fresh=False)
+        spec = self._spec or self.log.recorded_spec(fresh=False)
         if spec is None:
             raise ConfigurationError(
                 f"no MergeSpec given for app {self.app_id!r} on {self.target.uri} and none "
@@ -102,7 +108,7 @@ class EmbeddedBackend:
 
     def spec_for_staged(self) -> MergeSpec:
         """The spec staged versions are committed with (the one they were staged with)."""
-        return self.staging.recorded_spec(fresh=False) or self.spec_for_new_versions()
+        return self.log.recorded_spec(fresh=False) or self.spec_for_new_versions()
 
     # -- fencing ---------------------------------------------------------------------
 
@@ -124,25 +130,25 @@ class EmbeddedBackend:
         A staging table deleted under a running sink is started over (what was staged
         there and not committed is gone with it)."""
         if self._epoch is not None:
-            if self.staging.check_epoch(self._epoch) is not None:
+            if self.epochs.check(self._epoch) is not None:
                 return self._epoch
             logger.warning(
                 "app %r: the staging table %s was deleted while this sink ran; versions "
                 "staged there and not committed are lost (the source must send them "
                 "again). A new staging table is created.",
                 self.app_id,
-                self.staging.uri,
+                self.log.uri,
             )
             self._epoch = None
             self._last = None
-        spec = self._spec or self.staging.recorded_spec()
-        self._epoch = self.staging.claim(schema, spec) if spec is not None else None
+        spec = self._spec or self.log.recorded_spec()
+        self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
         return self._epoch
 
     # -- Participant -------------------------------------------------------------------
 
     def read_state(self) -> LogState:
-        staged, quarantined, mark, intent = self.staging.snapshot()
+        staged, quarantined, mark, intent = self.log.snapshot()
         if intent is not None and intent == self._intent:
             intent = self._foreign_intent  # our own announcement makes nothing ambiguous
         else:
@@ -153,7 +159,7 @@ class EmbeddedBackend:
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         spec = self.spec_for_new_versions()
-        recorded = self.staging.recorded_spec(fresh=False)
+        recorded = self.log.recorded_spec(fresh=False)
         if recorded is not None and recorded != spec:
             refuse_spec_change(
                 recorded,
@@ -167,12 +173,12 @@ class EmbeddedBackend:
         epoch = self._fence(data.schema)
         assert epoch is not None
         if recorded is not None and recorded != spec:
-            self.staging.record_spec(spec)
-            self.staging.check_epoch(epoch)
+            self.writer.record_spec(spec)
+            self.epochs.check(epoch)
         intent = self.write_through == version
-        if self._own_checks:
-            self.staging.record_checks(encode(self.checks))
-        staged = self.staging.append(version, data, epoch=epoch, verified=True, intent=intent)
+        if self._auditor.own_checks:
+            self.writer.record_checks(self._auditor.encoded())
+        staged = self.writer.append(version, data, epoch=epoch, verified=True, intent=intent)
         if intent:
             self._intent = version
         self._last = (version, data)
@@ -185,7 +191,7 @@ class EmbeddedBackend:
             return
         epoch = self._fence()
         if epoch is not None:
-            self.staging.record_intent(version, epoch=epoch)
+            self.writer.record_intent(version, epoch=epoch)
             self._intent = version
 
     def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:
@@ -198,7 +204,7 @@ class EmbeddedBackend:
     def _data(self, version: int) -> pa.Table:
         if self._last is not None and self._last[0] == version:
             return self._last[1]
-        return self.staging.read(version)
+        return self.log.read(version)
 
     def publish(self, staged: StagedVersion) -> CommitResult:
         self._guard.check_publish(staged.version)
@@ -208,7 +214,7 @@ class EmbeddedBackend:
             spec=self.spec_for_staged(),
             app_id=self.app_id,
             version=staged.version,
-            metadata={"deltasink.staging": self.staging.uri, "deltasink.rows": staged.rows},
+            metadata={"deltasink.staging": self.log.uri, "deltasink.rows": staged.rows},
             before_attempt=self._fence,
         )
         self._last = None
@@ -220,7 +226,7 @@ class EmbeddedBackend:
         spec = self.spec_for_staged()
         cached = {self._last[0]: self._last[1]} if self._last is not None else {}
         missing = [s.version for s in staged if s.version not in cached]
-        cached.update(self.staging.read_many(missing, fresh=False) if missing else {})
+        cached.update(self.log.read_many(missing, fresh=False) if missing else {})
         tables = [(s.version, cached[s.version]) for s in staged]
         columns = {tuple(sorted(t.column_names)) for _, t in tables}
         if len(columns) > 1 and spec.mode != "append":
@@ -240,7 +246,7 @@ class EmbeddedBackend:
             version=staged[-1].version,
             versions=[s.version for s in staged],
             metadata={
-                "deltasink.staging": self.staging.uri,
+                "deltasink.staging": self.log.uri,
                 "deltasink.rows": sum(s.rows for s in staged),
             },
             before_attempt=self._fence,
@@ -249,113 +255,30 @@ class EmbeddedBackend:
         return replace(result, rows=sum(s.rows for s in staged))
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
-        self.staging.drop(versions, reason=reason, epoch=self._fence(), verified=True)
+        self.writer.drop(versions, reason=reason, epoch=self._fence(), verified=True)
         if self._last is not None and self._last[0] in versions:
             self._last = None
 
-    # -- Backend ------------------------------------------------------------------------
+    # -- status ---------------------------------------------------------------------
 
     def recorded_spec(self) -> MergeSpec | None:
-        return self.staging.recorded_spec()
+        return self.log.recorded_spec()
 
     def target_exists(self) -> bool:
         return self.target.open() is not None
 
-    def history(self, limit: int | None) -> list[HistoryEntry]:
-        table = self.target.open()
-        if table is None:
-            return []
-        return history_from_commits(table.history(limit), self.app_id)
-
-    def gc(self, retention: timedelta, *, dry_run: bool) -> GcResult:
-        return self.staging.gc(retention, dry_run=dry_run)
-
     # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
 
-    def _checks_to_run(self, version: int) -> tuple[Check, ...]:
-        if self._own_checks:
-            return self.checks
-        recorded = self.staging.recorded_checks(fresh=False)
-        if recorded is None:
-            return ()  # staged before checks were recorded, or by a job without checks
-        built, opaque = decode(recorded)
-        if opaque and self.unverifiable_checks == "refuse":
-            raise UnverifiableChecksError(
-                f"version {version} of app {self.app_id!r} was staged by a job whose checks "
-                f"include {list(opaque)}, plain callables this sink cannot run; nothing is "
-                "published. Recover from the job itself (its recover() runs them), or skip "
-                "them explicitly: `deltasink recover --skip-unverifiable-checks` "
-                "(DeltaSink(..., unverifiable_checks='skip')), which still runs the "
-                f"recorded built-in checks {[getattr(c, 'name', c) for c in built]}.",
-                checks=opaque,
-                table=self.target.uri,
-                app_id=self.app_id,
-                version=version,
-            )
-        if opaque:
-            logger.warning(
-                "app %r: skipping the job's checks %s (callables, not recorded) for version %s",
-                self.app_id,
-                list(opaque),
-                version,
-            )
-        return built
-
     def audit(self, staged: StagedVersion) -> str | None:
-        version = staged.version
-        checks = self._checks_to_run(version)
-        if not checks:
-            return None
-
-        def arrow() -> pa.Table:
-            data = self._data(version)
-            return (
-                data.drop_columns([DELETE_COLUMN]) if DELETE_COLUMN in data.column_names else data
-            )
-
-        def dataframe() -> Any:
-            from deltasink.engine import embedded_spark
-
-            return embedded_spark().createDataFrame(arrow())
-
-        batch = StagedBatch(
-            app_id=self.app_id,
-            version=version,
-            rows=staged.rows,
-            target=self.target.uri,
-            _arrow=arrow,
-            _dataframe=dataframe,
-            _previous_rows=lambda: previous_rows(self.history(20)),
-        )
-        return run_checks(checks, batch)
+        return self._auditor.audit(staged)
 
     def quarantine(self, version: int, reason: str) -> None:
-        self.staging.set_quarantine(version, reason, epoch=self._fence())
+        self.writer.set_quarantine(version, reason, epoch=self._fence())
 
     def restage(self, batch: object, version: int) -> StagedVersion:
         data = self._prepare(batch, self.spec_for_staged())
         epoch = self._fence(data.schema)
         assert epoch is not None
-        staged = self.staging.replace(version, data, epoch=epoch)
+        staged = self.writer.replace(version, data, epoch=epoch)
         self._last = (version, data)
         return staged
-
-    # -- maintenance ------------------------------------------------------------------------
-
-    def optimize(self, z_order_by: Sequence[str]) -> None:
-        """Compact the target's small files (Z-ORDER by ``z_order_by`` if given)."""
-        table = self.target.open()
-        if table is None:
-            return
-        if z_order_by:
-            table.optimize.z_order(list(z_order_by))
-        else:
-            table.optimize.compact()
-
-    def commits_since_optimize(self, limit: int) -> int:
-        """This app's target commits since the target's last OPTIMIZE (counting stops
-        at ``limit``)."""
-        table = self.target.open()
-        if table is None:
-            return 0
-        return count_since_optimize(table.history(4 * limit + 16), self.app_id, limit)

@@ -3,8 +3,6 @@ data change and the ``txn(app_id, version)`` marker in the same commit."""
 
 from __future__ import annotations
 
-import logging
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -18,23 +16,17 @@ from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
-from deltasink.deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
 from deltasink.errors import CommitError
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
 from deltasink.protocol import CommitResult
+from deltasink.retry import retry
 from deltasink.schema import align_to_target
 from deltasink.spec import MergeSpec
 
+from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
+from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
+
 __all__ = ["TargetTable"]
-
-logger = logging.getLogger("deltasink")
-
-#: Prune the MERGE by the batch's key range only if at most this share of the
-#: target's files can hold a key of the batch (by their statistics).
-PRUNE_WHEN_OVERLAP_AT_MOST = 0.5
-#: Batches at least this large are streamed into the MERGE (the key-range predicate
-#: still limits the target files read), which bounds the MERGE's memory.
-STREAM_ABOVE_ROWS = 1_000_000
 
 
 class TargetTable:
@@ -110,37 +102,27 @@ class TargetTable:
             CommitError: Conflicts persisted after ``max_attempts`` attempts.
         """
         extra = dict(metadata)
-        for attempt in range(1, self.max_attempts + 1):
+
+        def once() -> CommitResult:
             if before_attempt is not None:
                 before_attempt()
-            try:
-                result = self._apply_once(data, spec, app_id, version, extra, versions)
-            except CommitFailedError as exc:
-                if attempt == self.max_attempts:
-                    raise CommitError(
-                        f"the commit of version {version} into {self.uri} conflicted with "
-                        f"concurrent writers {attempt} times in a row (last: {exc}). "
-                        "Retry later (recover()), or reduce concurrent writes to the table.",
-                        table=self.uri,
-                        app_id=app_id,
-                        version=version,
-                    ) from exc
-                delay = min(2.0, 0.05 * 2**attempt) * (0.5 + random.random())
-                logger.info(
-                    "commit of version %s into %s conflicted (%s); attempt %s/%s in %.2f s",
-                    version,
-                    self.uri,
-                    exc,
-                    attempt + 1,
-                    self.max_attempts,
-                    delay,
-                )
-                time.sleep(delay)
-                continue
-            if len(versions) > 1:
-                result = replace(result, versions=tuple(versions))
-            return result
-        raise AssertionError("unreachable")
+            result = self._apply_once(data, spec, app_id, version, extra, versions)
+            return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
+
+        return retry(
+            once,
+            attempts=self.max_attempts,
+            retryable=lambda exc: isinstance(exc, CommitFailedError),
+            exhausted=lambda n, exc: CommitError(
+                f"the commit of version {version} into {self.uri} conflicted with "
+                f"concurrent writers {n} times in a row (last: {exc}). Retry later "
+                "(recover()), or reduce concurrent writes to the table.",
+                table=self.uri,
+                app_id=app_id,
+                version=version,
+            ),
+            what=f"the commit of version {version} into {self.uri}",
+        )
 
     def _apply_once(
         self,
@@ -192,7 +174,7 @@ class TargetTable:
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
             metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
-        elif (overlap := self._overlap(table, values, spec)) == 0.0:
+        elif (share := overlap(table, values, spec)) == 0.0:
             # Insert-only fast path: no key of the batch can exist in the target, so
             # the MERGE would only insert. Deletes of absent keys are no-ops.
             # The append is blind (Delta checks it against nothing), so it must land on
@@ -208,7 +190,7 @@ class TargetTable:
                 source = source.append_column(GUARD_COLUMN, guard)
             # Pruning pays when the batch's key range misses most of the target's files;
             # when it touches most of them, the plain streamed MERGE is cheaper.
-            prune = overlap is None or overlap <= PRUNE_WHEN_OVERLAP_AT_MOST
+            prune = share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST
             plan = compile_merge(
                 spec,
                 values.column_names,
@@ -285,47 +267,6 @@ class TargetTable:
             )
         return values.num_rows
 
-    @staticmethod
-    def _overlap(table: DeltaTable, values: pa.Table, spec: MergeSpec) -> float | None:
-        """The share of the target's files whose key statistics overlap the batch's key
-        range: 0.0 proves that no key of the batch exists in the target.
-
-        ``None`` when the statistics cannot prove it exactly: several keys; a key type
-        whose statistics are not exact bounds (strings and binary may be truncated
-        prefixes, floats ignore NaN and order -0.0 with 0.0, decimals and booleans are
-        left to the MERGE); files without statistics for the key. Integers and dates
-        are exact; timestamps are stored to the microsecond but their statistics are
-        truncated to the millisecond, so each file's range is widened by 1 ms.
-        """
-        if len(spec.keys) != 1 or values.num_rows == 0:
-            return None
-        key = spec.keys[0]
-        column = values.column(key)
-        kind = column.type
-        if not (pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
-            return None
-        actions = pa.table(table.get_add_actions(flatten=True))
-        if actions.num_rows == 0:
-            return 0.0
-        names = (f"min.{key}", f"max.{key}")
-        if any(n not in actions.column_names for n in names):
-            return None
-        mins, maxs = actions.column(names[0]), actions.column(names[1])
-        if mins.null_count or maxs.null_count:
-            return None
-        bounds = pc.min_max(column)
-        low, high = bounds["min"], bounds["max"]
-        try:
-            mins, maxs = mins.cast(kind), maxs.cast(kind)
-            if pa.types.is_timestamp(kind):
-                slack: Any = pa.scalar(1_000, pa.duration("us")).cast(pa.duration(kind.unit))
-                mins = pc.subtract_checked(mins, slack)
-                maxs = pc.add_checked(maxs, slack)
-            overlap = pc.and_(pc.less_equal(mins, high), pc.greater_equal(maxs, low))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return None
-        return float(pc.sum(overlap.cast(pa.int64())).as_py() or 0) / actions.num_rows
-
     def _create(
         self, data: pa.Table, props: CommitProperties, versions: list[int]
     ) -> tuple[int, int] | None:
@@ -348,8 +289,8 @@ class TargetTable:
             )
         except CommitFailedError:
             return None
-        except DeltaError as exc:
-            if "already exists" in str(exc):
+        except DeltaError:
+            if self.open() is not None:  # created by another writer meanwhile
                 return None
             raise
         table = self.open()

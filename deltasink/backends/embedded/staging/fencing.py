@@ -1,0 +1,159 @@
+"""Creating the staging table and fencing its writers.
+
+Every sink claims a new writer epoch (the table property ``deltasink.epoch``) with a
+metadata commit, which Delta's optimistic concurrency turns into fencing: an older
+writer's next staging commit conflicts, and its next call sees the newer epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from deltasink.backends.embedded.deltalog import commit_properties, plain, post_commit_hooks
+from deltasink.errors import CommitError, FencedError, StorageError
+from deltasink.layout import (
+    FORMAT,
+    PROP_APP,
+    PROP_EPOCH,
+    PROP_FORMAT,
+    PROP_SPEC,
+    PROP_TARGET,
+    VERSION_COLUMN,
+)
+from deltasink.retry import retry
+from deltasink.spec import MergeSpec
+
+from .log import StagingLog, epoch_of
+
+__all__ = ["Epochs"]
+
+logger = logging.getLogger("deltasink")
+
+_CLAIM_ATTEMPTS = 20
+
+
+class Epochs:
+    """The writer epoch of a staging table (and its creation, which the first claim
+    does).
+
+    Args:
+        log: The staging table's reader.
+    """
+
+    def __init__(self, log: StagingLog) -> None:
+        self.log = log
+
+    def claim(self, schema: pa.Schema | None, spec: MergeSpec) -> int | None:
+        """Claim a new writer epoch (creating the table first when ``schema`` is given).
+
+        Returns:
+            The claimed epoch, or ``None`` when the table does not exist and no
+            ``schema`` was given (nothing is staged, so there is nothing to fence).
+
+        Raises:
+            CommitError: Other writers with the same app_id kept claiming it.
+        """
+        table = self.log.open()
+        if table is None:
+            if schema is None:
+                return None
+            table = self._create(schema, spec)
+        log = self.log
+
+        def once() -> int:
+            epoch = epoch_of(table) + 1
+            table.alter.set_table_properties(
+                {PROP_EPOCH: str(epoch)},
+                raise_if_not_exists=False,
+                post_commithook_properties=post_commit_hooks(table),
+                commit_properties=commit_properties(
+                    app_id=log.app_id,
+                    version=None,
+                    operation="claim-epoch",
+                    extra={"deltasink.epoch": epoch},
+                ),
+            )
+            return epoch
+
+        epoch = retry(
+            once,
+            attempts=_CLAIM_ATTEMPTS,
+            retryable=lambda exc: isinstance(exc, CommitFailedError),  # a concurrent claim
+            exhausted=lambda n, _exc: CommitError(
+                f"could not claim a writer epoch on {log.uri} after {n} attempts: other "
+                "writers with the same app_id keep claiming it. Run one writer per app_id.",
+                table=log.uri,
+                app_id=log.app_id,
+            ),
+            what=f"claiming an epoch on {log.uri}",
+            cap=0.0,
+            before_retry=table.update_incremental,
+        )
+        logger.debug("app %r claimed staging epoch %s", log.app_id, epoch)
+        return epoch
+
+    def check(self, epoch: int) -> DeltaTable | None:
+        """The table at its latest version (one log read), if ``epoch`` is still the
+        current one; ``None`` if the table is gone (deleted under the sink).
+
+        Raises:
+            FencedError: A newer writer claimed the table.
+        """
+        table = self.log.open()
+        if table is None:
+            return None
+        current = epoch_of(table)
+        if current != epoch:
+            log = self.log
+            raise FencedError(
+                f"app {log.app_id!r} on {log.target}: another writer with the same app_id "
+                f"took over the staging table (epoch {current}; this sink holds epoch "
+                f"{epoch}). This sink must stop; the newer writer carries on. If that one "
+                "is gone, create a new DeltaSink to take over.",
+                epoch=epoch,
+                current_epoch=current,
+                table=log.uri,
+                app_id=log.app_id,
+            )
+        return table
+
+    def _create(self, schema: pa.Schema, spec: MergeSpec) -> DeltaTable:
+        log = self.log
+        full = pa.schema([*schema, pa.field(VERSION_COLUMN, pa.int64(), True)])
+        try:
+            DeltaTable.create(
+                log.uri,
+                full,
+                mode="ignore",  # a concurrent creator wins; the claim sorts it out
+                partition_by=[VERSION_COLUMN],
+                name="deltasink_staging",
+                description=f"deltasink staging for target {log.target}, app {log.app_id}",
+                configuration={
+                    PROP_TARGET: log.target,
+                    PROP_APP: log.app_id,
+                    PROP_FORMAT: FORMAT,
+                    PROP_SPEC: spec.to_json(),
+                    PROP_EPOCH: "0",
+                    # The staging log is deltasink's alone and grows by two commits per
+                    # batch: keep it short so reading it stays fast after many batches.
+                    "delta.logRetentionDuration": "interval 1 hours",
+                    "delta.deletedFileRetentionDuration": "interval 1 hours",
+                    "delta.enableExpiredLogCleanup": "true",
+                },
+                storage_options=log.options,
+                raise_if_key_not_exists=False,
+            )
+        except (DeltaError, OSError) as exc:
+            raise StorageError(
+                f"cannot create the staging table at {log.uri}: {plain(exc)}. Check that "
+                "the location is a writable directory path (or pass staging=...).",
+                table=log.uri,
+                app_id=log.app_id,
+            ) from exc
+        table = log.open()
+        assert table is not None
+        return table

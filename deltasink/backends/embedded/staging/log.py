@@ -1,0 +1,213 @@
+"""Reading the staging table: what is staged, what is recorded, and the staged rows.
+
+One :class:`StagingLog` holds the table's latest snapshot; the other parts of the
+staging table (:mod:`.fencing`, :mod:`.writes`, :mod:`.gc`) refresh and read it
+through this object, so one call of the sink reads the log once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.fs import DeltaStorageHandler
+
+from deltasink.backends.embedded.deltalog import plain, refresh
+from deltasink.errors import StorageError
+from deltasink.guards import check_owner
+from deltasink.layout import (
+    COMMITTED_SUFFIX,
+    INTENT_SUFFIX,
+    PROP_CHECKS,
+    PROP_EPOCH,
+    PROP_SPEC,
+    VERSION_COLUMN,
+    Quarantine,
+)
+from deltasink.locations import is_local
+from deltasink.protocol import StagedVersion
+from deltasink.spec import MergeSpec
+
+__all__ = ["StagingLog", "StagingSnapshot"]
+
+#: Staged versions, quarantined versions, the committed mark and the publish intent.
+StagingSnapshot = tuple[tuple[StagedVersion, ...], dict[int, str], int | None, int | None]
+
+
+class StagingLog:
+    """The staging Delta table of one ``(target, app_id)``, as read with delta-rs.
+
+    Args:
+        uri: Location of the staging table.
+        target: Normalised location of the target it belongs to.
+        app_id: The writer it belongs to.
+        storage_options: delta-rs storage options (object-store credentials).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        target: str,
+        app_id: str,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.uri = uri
+        self.target = target
+        self.app_id = app_id
+        self.options = dict(storage_options or {})
+        self._table: DeltaTable | None = None
+        self._fs: pafs.FileSystem | None = None
+
+    def open(self, *, fresh: bool = True) -> DeltaTable | None:
+        """The staging table, or ``None`` if not created yet.
+
+        Args:
+            fresh: Bring it to the latest version (one log read). ``False`` reuses the
+                state read last, for a caller that just refreshed it in the same call.
+
+        Raises:
+            StagingOwnershipError: The table belongs to another target or app.
+        """
+        if not fresh and self._table is not None:
+            return self._table
+        table = refresh(self._table, self.uri, self.options)
+        if table is not None and table is not self._table:
+            config = table.metadata().configuration
+            check_owner(config, staging=self.uri, target=self.target, app_id=self.app_id)
+        self._table = table
+        return table
+
+    # -- state ---------------------------------------------------------------------
+
+    def versions(self) -> tuple[StagedVersion, ...]:
+        """Every staged version, ascending, with its row count and staging time."""
+        table = self.open()
+        return () if table is None else staged_versions(table)
+
+    def snapshot(self) -> StagingSnapshot:
+        """Staged versions, quarantined versions, the committed mark and the publish
+        intent, from ONE read of the log."""
+        table = self.open()
+        if table is None:
+            return (), {}, None, None
+        intent: int | None = table.transaction_version(self.app_id + INTENT_SUFFIX)
+        quarantine = Quarantine.from_props(table.metadata().configuration)
+        return staged_versions(table), quarantine.reasons(), self.mark(table), intent
+
+    def quarantine(self, *, fresh: bool = True) -> Quarantine:
+        """The quarantine records (none when the table does not exist)."""
+        table = self.open(fresh=fresh)
+        return Quarantine() if table is None else Quarantine.from_props(props(table))
+
+    def epoch(self) -> int | None:
+        """The current writer epoch, or ``None`` if the table does not exist."""
+        table = self.open()
+        return None if table is None else epoch_of(table)
+
+    def committed_mark(self) -> int | None:
+        """The highest committed version recorded by a clean-up commit, if any."""
+        table = self.open()
+        return None if table is None else self.mark(table)
+
+    def mark(self, table: DeltaTable) -> int | None:
+        """``table``'s committed mark (``txn("<app_id>#committed", v)``), if any."""
+        mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
+        return mark
+
+    def recorded_spec(self, *, fresh: bool = True) -> MergeSpec | None:
+        """The MergeSpec recorded in the table, or ``None``."""
+        table = self.open(fresh=fresh)
+        text = None if table is None else props(table).get(PROP_SPEC)
+        return MergeSpec.from_json(text) if text else None
+
+    def recorded_checks(self, *, fresh: bool = True) -> str | None:
+        """The job's checks as recorded (:func:`deltasink.checks.encode`), or ``None``."""
+        table = self.open(fresh=fresh)
+        return None if table is None else props(table).get(PROP_CHECKS)
+
+    # -- data ----------------------------------------------------------------------
+
+    def read(self, version: int) -> pa.Table:
+        """The rows staged for ``version``, with the schema they were staged with."""
+        return self.read_many([version])[version]
+
+    def read_many(self, versions: Sequence[int], *, fresh: bool = True) -> dict[int, pa.Table]:
+        """The rows staged for each of ``versions``, from one read of the log.
+
+        Raises:
+            StorageError: A staged file is gone or unreadable.
+        """
+        table = self.open(fresh=fresh)
+        if table is None:
+            raise FileNotFoundError(f"staging table {self.uri} does not exist")
+        actions = pa.table(table.get_add_actions(flatten=True)).select(
+            [f"partition.{VERSION_COLUMN}", "path"]
+        )
+        paths: dict[int, list[str]] = {}
+        for row in actions.to_pylist():
+            paths.setdefault(int(row[f"partition.{VERSION_COLUMN}"]), []).append(str(row["path"]))
+        result = {}
+        for version in versions:
+            if version not in paths:
+                raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
+            try:
+                dataset = ds.dataset(paths[version], filesystem=self.filesystem(), format="parquet")
+                result[version] = dataset.to_table()
+            except OSError as exc:
+                raise StorageError(
+                    f"the staged data of version {version} in {self.uri} cannot be read "
+                    f"({plain(exc)}): file not found or unreadable (removed by hand?). "
+                    f"Abort version {version} (`deltasink abort`) and let the source send "
+                    "it again.",
+                    table=self.uri,
+                    app_id=self.app_id,
+                    version=version,
+                ) from exc
+        return result
+
+    def filesystem(self) -> pafs.FileSystem:
+        """The table's storage, rooted at the table (pyarrow's own for local paths:
+        no Python in the I/O path)."""
+        if self._fs is None:
+            if is_local(self.uri):
+                self._fs = pafs.SubTreeFileSystem(self.uri, pafs.LocalFileSystem())
+            else:
+                self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self.options))
+        return self._fs
+
+
+def props(table: DeltaTable) -> dict[str, str]:
+    """The table's properties."""
+    config: dict[str, str] = table.metadata().configuration
+    return config
+
+
+def epoch_of(table: DeltaTable) -> int:
+    """The writer epoch recorded in ``table`` (0 before the first claim)."""
+    return int(props(table).get(PROP_EPOCH, "0"))
+
+
+def staged_versions(table: DeltaTable) -> tuple[StagedVersion, ...]:
+    """The staged versions of ``table``'s snapshot: its partitions, ascending."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return ()
+    grouped = (
+        actions.select([f"partition.{VERSION_COLUMN}", "num_records", "modification_time"])
+        .group_by(f"partition.{VERSION_COLUMN}")
+        .aggregate([("num_records", "sum"), ("modification_time", "min")])
+        .sort_by(f"partition.{VERSION_COLUMN}")
+    )
+    return tuple(
+        StagedVersion(
+            version=int(row[f"partition.{VERSION_COLUMN}"]),
+            rows=int(row["num_records_sum"] or 0),
+            staged_at=datetime.fromtimestamp(row["modification_time_min"] / 1000, timezone.utc),
+        )
+        for row in grouped.to_pylist()
+    )

@@ -1,0 +1,113 @@
+"""What the ``deltasink`` command prints: rich tables for people, dicts for ``--json``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rich.table import Table
+
+from deltasink.committables import CommitReport
+from deltasink.status import SinkStatus
+
+__all__ = ["age", "pending_table", "report_dict", "report_table", "status_table"]
+
+
+def age(ts: datetime, now: datetime) -> str:
+    """``ts``'s age at ``now``, e.g. ``4m 05s``."""
+    seconds = int((now - ts).total_seconds())
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
+
+
+def status_table(status: SinkStatus, now: datetime) -> Table:
+    """The writer's state, one field per row."""
+    table = Table(title=f"app [bold]{status.app_id}[/] → {status.target}", title_justify="left")
+    table.add_column("field", style="dim")
+    table.add_column("value")
+    table.add_row("engine", f"{status.engine} [dim]({status.engine_reason})[/]")
+    table.add_row("staging", status.staging)
+    table.add_row(
+        "target exists", "yes" if status.target_exists else "no (created on first commit)"
+    )
+    committed = "—" if status.committed_version is None else str(status.committed_version)
+    table.add_row("committed version", f"[bold green]{committed}[/]")
+    table.add_row("pending versions", str(len(status.pending)))
+    if status.quarantined:
+        table.add_row("quarantined", f"[bold red]{sorted(status.quarantined)}[/]")
+    if status.merge is not None:
+        table.add_row("merge", f"{status.merge.mode} keys={list(status.merge.keys)}")
+    if status.leftover_versions:
+        table.add_row("leftover staging", f"{status.leftover_versions} (cleaned by recover)")
+    return table
+
+
+def pending_table(status: SinkStatus, now: datetime) -> Table:
+    """The pending versions, with their age and quarantine."""
+    table = Table(title="pending (staged, not committed)", title_justify="left")
+    table.add_column("version", justify="right")
+    table.add_column("rows", justify="right")
+    table.add_column("staged at (UTC)")
+    table.add_column("age", justify="right")
+    table.add_column("state")
+    for staged in status.pending:
+        reason = status.quarantined.get(staged.version)
+        table.add_row(
+            str(staged.version),
+            f"{staged.rows:,}",
+            staged.staged_at.strftime("%Y-%m-%d %H:%M:%S"),
+            age(staged.staged_at, now),
+            f"[red]quarantined: {reason}[/]" if reason else "pending",
+        )
+    return table
+
+
+def report_dict(report: CommitReport) -> dict[str, Any]:
+    """A commit report as JSON-ready data."""
+    return {
+        "app_id": report.app_id,
+        "committed_version": report.committed_version,
+        "committed_versions": report.committed_versions,
+        "abandoned_versions": report.abandoned_versions,
+        "quarantined_versions": report.quarantined_versions,
+        "cleaned_versions": list(report.cleaned_versions),
+        "results": [
+            {
+                "version": r.version,
+                "outcome": r.outcome,
+                "rows": r.rows,
+                "target_version": r.target_version,
+                "rows_inserted": r.rows_inserted,
+                "rows_updated": r.rows_updated,
+                "rows_deleted": r.rows_deleted,
+                "duration_s": round(r.duration_s, 4),
+                "message": r.message,
+            }
+            for r in report.results
+        ],
+    }
+
+
+def report_table(report: CommitReport, verb: str) -> Table:
+    """One row per version a ``recover``/``commit`` handled."""
+    table = Table(title=f"{verb} app {report.app_id}", title_justify="left")
+    for name in ("version", "outcome", "rows", "target ver", "ins", "upd", "del", "secs"):
+        table.add_column(name, justify="right" if name != "outcome" else "left")
+    for r in report.results:
+        table.add_row(
+            str(r.version),
+            r.outcome,
+            f"{r.rows:,}",
+            "" if r.target_version is None else str(r.target_version),
+            *(
+                "" if n is None else f"{n:,}"
+                for n in (r.rows_inserted, r.rows_updated, r.rows_deleted)
+            ),
+            f"{r.duration_s:.3f}",
+        )
+    return table

@@ -1,0 +1,109 @@
+"""The protocol core's port: what a backend must do for the two-phase commit of one
+writer (Flink's ``TwoPhaseCommittingSink`` parts), and the optional capabilities the
+core uses when a backend has them. Engine-free."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+from deltasink.committables import CommitResult, LogState, StagedVersion
+
+__all__ = [
+    "DiscardReason",
+    "Participant",
+    "SupportsCoalescing",
+    "SupportsFencing",
+    "SupportsQuarantine",
+]
+
+B = TypeVar("B", contravariant=True)
+#: Why staged data is dropped: committed (clean-up), aborted, or abandoned (timed out).
+DiscardReason = Literal["committed", "aborted", "abandoned"]
+
+
+class Participant(Protocol[B]):
+    """The backend port: the durable side of the two-phase commit for one writer.
+
+    Implementations hold no state that matters across a crash: everything is read
+    back from storage by :meth:`read_state`.
+    """
+
+    def read_state(self) -> LogState:
+        """Read the committed version and the staged versions from durable storage."""
+        ...
+
+    def stage(self, batch: B, version: int) -> StagedVersion:
+        """Validate ``batch`` and durably stage it as ``version``, atomically.
+
+        Called only for a version that is neither staged nor committed. Must raise an
+        :class:`~deltasink.errors.InvalidInputError` *before writing anything* when the
+        batch is invalid. A failure leaves nothing staged (orphan files may remain for
+        retention to clean up).
+        """
+        ...
+
+    def publish(self, staged: StagedVersion) -> CommitResult:
+        """Apply one staged version to the target together with its marker.
+
+        The data change and the ``(app_id, version)`` marker must land in one atomic
+        commit. Must be idempotent: when the target's marker already covers the
+        version, change nothing and return outcome ``already_committed``. A failure
+        leaves the target without any part of the version.
+        """
+        ...
+
+    def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
+        """Remove the staged data of ``versions`` (already absent ones are ignored)."""
+        ...
+
+
+@runtime_checkable
+class SupportsFencing(Protocol):
+    """Optional capability: claim the writer role for an ``app_id`` (Kafka's
+    ``initTransactions``): afterwards, older holders fail their next write with
+    :class:`~deltasink.errors.FencedError`. Called by ``recover()`` before anything
+    else, and by the participant itself on its first write."""
+
+    def claim(self) -> None:
+        """Take over the writer role; idempotent for the same participant object."""
+        ...
+
+
+@runtime_checkable
+class SupportsQuarantine(Protocol):
+    """Optional capability: write-audit-publish (Flink's ``SupportsPreCommitTopology``).
+
+    Before a staged version is published, ``audit`` runs the pre-commit checks on it.
+    A failing version is quarantined: recorded durably with the reason, kept staged,
+    never published; later versions wait behind it. ``abort`` (``discard`` with
+    reason ``"aborted"``) or ``restage`` lifts the quarantine.
+    """
+
+    def audit(self, staged: StagedVersion) -> str | None:
+        """Run the checks on ``staged``: ``None`` if it may be published, else why not."""
+        ...
+
+    def quarantine(self, version: int, reason: str) -> None:
+        """Record durably that ``version`` failed a check (idempotent)."""
+        ...
+
+    def restage(self, batch: Any, version: int) -> StagedVersion:
+        """Replace the staged data of quarantined ``version`` atomically and lift the
+        quarantine; validation as in ``stage``."""
+        ...
+
+
+@runtime_checkable
+class SupportsCoalescing(Protocol):
+    """Optional capability: publish several pending versions in ONE target commit.
+
+    The result must equal publishing them one by one, in order (the latest version
+    wins per key, deletes and inserts in version order), and the commit carries the
+    marker of the highest version. All or nothing: a failure leaves the target
+    without any part of any of them.
+    """
+
+    def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
+        """Apply ``staged`` (ascending, ≥ 2 versions) in one commit; idempotent."""
+        ...
