@@ -53,11 +53,24 @@ def _log_state(uri: str) -> tuple[bool, list[str]]:
     return committed, sorted(empty)
 
 
+#: A table another writer is creating looks, for a moment, like a data directory without
+#: a log, or a log whose first commit is not readable yet: wait this long (seconds, in
+#: doubling steps) for it to settle before calling it broken.
+SETTLE_S = 1.5
+
+
+class _Unsettled(Exception):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> DeltaTable | None:
     """Open the Delta table at ``uri``; ``None`` when nothing is there yet.
 
     A location whose ``_delta_log`` holds no commit yet (a writer died while creating
-    the table) counts as "nothing there yet": the next write creates it.
+    the table) counts as "nothing there yet": the next write creates it. A location that
+    looks broken is looked at again for up to :data:`SETTLE_S` seconds first (another
+    writer may be creating the table right now).
 
     Raises:
         NotADeltaTableError: ``uri`` is a local file, or a directory with files but
@@ -65,6 +78,19 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
         StorageError: The Delta log exists but cannot be read (corrupt, torn, missing
             commits).
     """
+    delay, waited = 0.05, 0.0
+    while True:
+        try:
+            return _open_once(uri, storage_options)
+        except _Unsettled as unsettled:
+            if waited >= SETTLE_S:
+                raise unsettled.error from None
+        time.sleep(delay)
+        waited += delay
+        delay *= 2
+
+
+def _open_once(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTable | None:
     local = is_local(uri)
     if local and os.path.isfile(uri):
         raise NotADeltaTableError(
@@ -82,17 +108,21 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
             committed, _ = _log_state(uri)
             if not committed:
                 return None  # half-created: no commit reached the log
-            raise StorageError(
-                f"the Delta log of {uri} cannot be read (commit files are missing). "
-                "Restore its _delta_log from a backup.",
-                table=uri,
+            raise _Unsettled(
+                StorageError(
+                    f"the Delta log of {uri} cannot be read (commit files are missing). "
+                    "Restore its _delta_log from a backup.",
+                    table=uri,
+                )
             ) from None
         if entries:
-            raise NotADeltaTableError(
-                f"{uri} exists but is not a Delta table (no _delta_log; it holds "
-                f"{entries[:5]}). Point the sink at a Delta table or a new location, or "
-                "convert the data first (deltalake.convert_to_deltalake).",
-                table=uri,
+            raise _Unsettled(
+                NotADeltaTableError(
+                    f"{uri} exists but is not a Delta table (no _delta_log; it holds "
+                    f"{entries[:5]}). Point the sink at a Delta table or a new location, "
+                    "or convert the data first (deltalake.convert_to_deltalake).",
+                    table=uri,
+                )
             ) from None
         return None
     except DeltaError as exc:
@@ -101,7 +131,12 @@ def open_table(uri: str, storage_options: Mapping[str, str] | None = None) -> De
             "from a backup, or point the sink at another location.",
             table=uri,
         ) from exc
-    if local:
+    return _checked(table, uri)
+
+
+def _checked(table: DeltaTable, uri: str) -> DeltaTable:
+    """``table``, unless its local log has torn (empty) commit files."""
+    if is_local(uri):
         _, empty = _log_state(uri)
         if empty:
             raise StorageError(
