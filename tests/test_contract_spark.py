@@ -42,10 +42,14 @@ APPEND = MergeSpec(mode="append")
 
 
 def delta_jars() -> list[str]:
-    """delta-spark's jars, where a previous download or an admin left them."""
+    """delta-spark's jars: ``DELTASINK_DELTA_JARS``, else ``../shared/delta-spark/`` beside
+    the repository, else where a previous download or an admin left them."""
     listed = os.environ.get("DELTASINK_DELTA_JARS")
     if listed:
         return [p for p in listed.split(os.pathsep) if p]
+    shared = sorted(glob.glob(str(ROOT.parent / "shared" / "delta-spark" / "*.jar")))
+    if any("delta-spark" in os.path.basename(p) for p in shared):
+        return shared  # built from Delta's source beside the repo (CI and this machine)
     import pyspark
 
     roots = [
