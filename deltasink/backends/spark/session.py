@@ -86,7 +86,10 @@ class SparkSql:
         )
         for key, value in (options or {}).items():
             writer = writer.option(key, value)
-        with session_conf(self.session(), {TXN_APP_ID: None, TXN_VERSION: None}):
+        # The conf as well as the option: a CREATE TABLE AS SELECT (saveAsTable of a new
+        # catalog table) and saveAsTable appends record only the conf's userMetadata.
+        settings = {TXN_APP_ID: None, TXN_VERSION: None, USER_METADATA: user_metadata}
+        with session_conf(self.session(), settings):
             if is_catalog_name(ref_location):
                 writer.saveAsTable(ref_location)
             else:

@@ -157,7 +157,11 @@ class StagingLog:
                 raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
             try:
                 dataset = ds.dataset(paths[version], filesystem=self.filesystem(), format="parquet")
-                result[version] = dataset.to_table()
+                data = dataset.to_table()
+                # Files the spark engine staged may carry the partition column too.
+                if VERSION_COLUMN in data.column_names:
+                    data = data.drop_columns([VERSION_COLUMN])
+                result[version] = data
             except OSError as exc:
                 raise StorageError(
                     f"the staged data of version {version} in {self.uri} cannot be read "
