@@ -97,6 +97,7 @@ def connect_mode() -> bool:
     return "SPARK_CONNECT_MODE_ENABLED" in os.environ or "SPARK_REMOTE" in os.environ
 
 
+@pytest.mark.timeout(1500)  # the whole module, about 6 minutes here
 def test_delta_spark_suite_in_its_own_process() -> None:
     if os.environ.get(CHILD) or not connect_mode():
         pytest.skip("this process can host the classic session: the tests run here directly")
@@ -346,6 +347,52 @@ def test_switching_engines_both_ways(delta_spark: Any, target: str) -> None:
     assert back.recover().committed_versions == [1]
     assert support.rows(target) == [{"id": 1, "value": "e1"}, {"id": 2, "value": "v2"}]
     assert support.txn_commits(target, "app") == {0: [0], 1: [1]}
+
+
+def test_hand_over_between_engines_keeps_markers_and_pending_versions(
+    delta_spark: Any, target: str
+) -> None:
+    """Develop on the embedded engine, deploy on Spark, and back: the same tables and
+    app_id, each engine honouring the other's ``txn`` markers."""
+
+    def arrow(*ids: int, value: str = "v") -> pa.Table:
+        return pa.table({"id": ids, "value": [f"{value}{i}" for i in ids]})
+
+    local = DeltaSink(target, "orders", UPSERT, engine="embedded")
+    local.write(arrow(1, 2), 0)
+    local.write(arrow(2, 3, value="w"), 1)  # delta-rs writes txn(orders, 1)
+    local.pre_commit(arrow(4), 2)  # pending when the job moves to the cluster
+    local.pre_commit(arrow(1, value="x"), 3)
+
+    cluster = DeltaSink(target, "orders", engine="spark", spark=delta_spark)
+    assert cluster.status().committed_version == 1
+    assert cluster.status().pending_versions == [2, 3]
+    writer = cluster._backend._target_writer  # type: ignore[attr-defined]
+    before = support.table_version(target)
+    writer.apply_once([1], ("id", "value"), UPSERT)  # Delta sees delta-rs's marker: skipped
+    assert support.table_version(target) == before
+    assert cluster.recover().committed_versions == [2, 3]
+    assert cluster.pre_commit(df(delta_spark, 9), 1).state == "already_committed"
+    cluster.write(df(delta_spark, 5), 4)  # delta-spark writes txn(orders, 4)
+    cluster.pre_commit(df(delta_spark, 6), 5)  # pending when the job moves back
+
+    back = DeltaSink(target, "orders", engine="embedded")
+    assert back.status().committed_version == 4
+    assert back.write(arrow(7), 4).committed_versions == []  # replayed: nothing changes
+    assert back.recover().committed_versions == [5]
+    assert support.rows(target) == [
+        {"id": 1, "value": "x1"},
+        {"id": 2, "value": "w2"},
+        {"id": 3, "value": "w3"},
+        {"id": 4, "value": "v4"},
+        {"id": 5, "value": "v5"},
+        {"id": 6, "value": "v6"},
+    ]
+    # Every version in exactly one target commit, whichever engine made it.
+    commits = support.txn_commits(target, "orders")
+    assert sorted(commits) == [0, 1, 3, 4, 5]  # 2 and 3 were one coalesced commit
+    assert all(len(c) == 1 for c in commits.values())
+    assert support.staged_versions(back.staging) == []
 
 
 def test_schema_evolution_and_batches_that_omit_columns(delta_spark: Any, target: str) -> None:
