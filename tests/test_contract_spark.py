@@ -463,6 +463,43 @@ def test_catalog_table_names(delta_spark: Any) -> None:
     assert s.status().pending_versions == []
 
 
+#: The oracle property suite on this engine: a bounded profile here (each history runs
+#: twice, every step several Spark jobs); ``DELTASINK_SPARK_PROPERTY_EXAMPLES=N`` and
+#: ``DELTASINK_SPARK_PROPERTY_SHAPES=all`` for a longer run.
+SPARK_PROPERTY_SHAPES = ("append", "insert", "upsert-sequence-delete")
+if os.environ.get("DELTASINK_SPARK_PROPERTY_SHAPES") == "all":
+    from tests.test_property import SHAPES as _ALL_SHAPES
+
+    SPARK_PROPERTY_SHAPES = tuple(sorted(_ALL_SHAPES))
+
+
+@pytest.mark.parametrize("shape", SPARK_PROPERTY_SHAPES)
+def test_the_target_equals_the_oracle_on_spark(delta_spark: Any, shape: str) -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    from tests import test_property as prop
+
+    engine = {"engine": "spark", "spark": delta_spark}
+
+    @settings(
+        max_examples=int(os.environ.get("DELTASINK_SPARK_PROPERTY_EXAMPLES", "2")),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(prop.histories(shape))
+    def check(history: tuple[str, list[tuple[Any, ...]]]) -> None:
+        kind, steps = history
+        coalesced = prop.run_history(shape, kind, steps, coalesce=True, sink_kwargs=engine)
+        one_by_one = prop.run_history(shape, kind, steps, coalesce=False, sink_kwargs=engine)
+        assert sorted(map(prop._canon, coalesced.fold.expected())) == sorted(
+            map(prop._canon, one_by_one.fold.expected())
+        )
+
+    check()
+
+
 def test_write_audit_publish(delta_spark: Any, target: str) -> None:
     s = sink(target, delta_spark, checks=[checks.row_count_between(1, 10)])
     s.write(df(delta_spark, 1), 0)

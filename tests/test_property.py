@@ -132,8 +132,11 @@ def histories(draw: Any, shape: str) -> tuple[str, list[tuple[Any, ...]]]:
 class Run:
     """One execution of a history against real tables, mirrored in the oracle."""
 
-    def __init__(self, shape: str, kind: str, *, coalesce: bool) -> None:
+    def __init__(
+        self, shape: str, kind: str, *, coalesce: bool, sink_kwargs: dict[str, Any] | None = None
+    ) -> None:
         options = dict(SHAPES[shape])
+        self.sink_kwargs = dict(sink_kwargs or {})
         self.shape = shape
         self.kind = kind
         self.evolve = bool(options.get("schema_evolution"))
@@ -156,7 +159,7 @@ class Run:
         self.batches = 0
 
     def _sink(self, app: str) -> DeltaSink:
-        return DeltaSink(self.target, app, self.spec, coalesce=self.coalesce)
+        return DeltaSink(self.target, app, self.spec, coalesce=self.coalesce, **self.sink_kwargs)
 
     def rows(self, app: str, version: int, drawn: list[tuple[int, int, bool]]) -> list[Row]:
         rows = []
@@ -265,8 +268,16 @@ def _canon(row: Row) -> str:
     return repr(sorted((k, value(v)) for k, v in row.items()))
 
 
-def run_history(shape: str, kind: str, steps: list[tuple[Any, ...]], *, coalesce: bool) -> Run:
-    run = Run(shape, kind, coalesce=coalesce)
+def run_history(
+    shape: str,
+    kind: str,
+    steps: list[tuple[Any, ...]],
+    *,
+    coalesce: bool,
+    sink_kwargs: dict[str, Any] | None = None,
+) -> Run:
+    """Run ``steps`` (on the engine ``sink_kwargs`` picks), then check the oracle."""
+    run = Run(shape, kind, coalesce=coalesce, sink_kwargs=sink_kwargs)
     for op, drawn, pick, point in steps:
         run.step(op, drawn, pick, point)
     run.sinks["a"].recover()

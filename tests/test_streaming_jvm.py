@@ -84,7 +84,16 @@ def write_input(directory: Path) -> list[int]:
     return ids
 
 
-def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["embedded", "spark"])
+def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path, engine: str) -> None:
+    env = job_env()
+    env["DELTASINK_STREAM_ENGINE"] = engine
+    if engine == "spark":
+        from tests.test_contract_spark import REASON, delta_jars
+
+        if REASON is not None:
+            pytest.skip(REASON)
+        env["DELTASINK_DELTA_JARS"] = os.pathsep.join(delta_jars())
     source, checkpoint = tmp_path / "input", tmp_path / "checkpoint"
     target = str(tmp_path / "lake" / "events")
     expected_ids = write_input(source)
@@ -94,7 +103,7 @@ def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path) -
     # the third micro-batch is committed to the target.
     first = subprocess.Popen(
         [*command, "0.5"],
-        env=job_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -121,7 +130,7 @@ def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path) -
 
     # Run 2: the same job and checkpoint, to the end of the input.
     second = subprocess.run(
-        command, env=job_env(), capture_output=True, text=True, timeout=300, check=False
+        command, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert second.returncode == 0, second.stderr[-3000:]
     run2 = events(second.stdout)
@@ -131,10 +140,7 @@ def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path) -
         "spark",
         "auto: a Spark session with delta-spark's DeltaSparkSessionExtension",
     ]
-    assert (started["engine"], started["engine_reason"]) == (
-        "embedded",
-        "engine='embedded' was given",
-    )
+    assert (started["engine"], started["engine_reason"]) == (engine, f"engine='{engine}' was given")
     replayed = [e["batch"] for e in run2 if e["event"] == "batch"]
     assert replayed[0] <= killed_at + 1  # Spark re-runs the batch it had not recorded
     assert replayed == list(range(replayed[0], FILES))

@@ -3,8 +3,10 @@
 embedded engine's Spark Connect session).
 
 It reads JSON files one per micro-batch (``maxFilesPerTrigger=1``, ``availableNow``)
-and writes them with ``writeStream.foreachBatch(sink.foreach_batch)`` on the embedded
-backend: the micro-batches are classic DataFrames and delta-rs makes the commits.
+and writes them with ``writeStream.foreachBatch(sink.foreach_batch)``: on the embedded
+engine (default; the micro-batches are classic DataFrames and delta-rs makes the
+commits) or, with ``DELTASINK_STREAM_ENGINE=spark`` and ``DELTASINK_DELTA_JARS``, on the
+spark engine over real delta-spark.
 Progress goes to stdout as JSON lines.
 
 Usage: ``python tests/jvm/stream_job.py INPUT CHECKPOINT TARGET APP_ID [DELAY_S]``
@@ -13,6 +15,7 @@ Usage: ``python tests/jvm/stream_job.py INPUT CHECKPOINT TARGET APP_ID [DELAY_S]
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -63,19 +66,32 @@ def conf_checks(spark: Any) -> dict[str, Any]:
 def main() -> None:
     source, checkpoint, target, app_id = sys.argv[1:5]
     delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
-    spark = (
+    engine = os.environ.get("DELTASINK_STREAM_ENGINE", "embedded")
+    builder = (
         SparkSession.builder.master("local[1]")
         .appName("deltasink-stream-test")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
-        # Configured but without its jars: enough for engine auto-detection to see a
-        # Delta-enabled session; the sink below overrides it with engine="embedded".
+        # For the embedded engine configured without its jars: enough for engine
+        # auto-detection to see a Delta-enabled session; the sink below says which.
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .getOrCreate()
     )
+    if engine == "spark":  # real delta-spark: Spark makes the commits
+        builder = (
+            builder.config(
+                "spark.jars", os.environ["DELTASINK_DELTA_JARS"].replace(os.pathsep, ",")
+            )
+            .config(
+                "spark.sql.catalog.spark_catalog",
+                "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            )
+            .config("spark.databricks.delta.snapshotPartitions", "1")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    sink = DeltaSink(target, app_id, MergeSpec(mode="append"), engine="embedded", spark=spark)
+    sink = DeltaSink(target, app_id, MergeSpec(mode="append"), engine=engine, spark=spark)  # type: ignore[arg-type]
     say(
         "started",
         auto=list(select_engine("auto", spark, target)),
