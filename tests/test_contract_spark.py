@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,9 @@ from tests.contract import Harness, SinkContract
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = "DELTASINK_SPARK_CONTRACT_CHILD"
+#: Set by conftest.py when this run hosts the embedded engine and so deselected the
+#: module's tests: they then run in a child process.
+RUN_IN_CHILD = False
 UPSERT = MergeSpec(keys=["id"])
 APPEND = MergeSpec(mode="append")
 
@@ -102,8 +106,10 @@ def connect_mode() -> bool:
 
 
 @pytest.mark.timeout(1500)  # the whole module, about 6 minutes here
-def test_delta_spark_suite_in_its_own_process() -> None:
-    if os.environ.get(CHILD) or not connect_mode():
+def test_delta_spark_suite_in_its_own_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """The module in a process of its own; its per-test results are echoed to this
+    run's output (here the module's other tests are deselected, see conftest.py)."""
+    if os.environ.get(CHILD) or not (connect_mode() or RUN_IN_CHILD):
         pytest.skip("this process can host the classic session: the tests run here directly")
     env = {
         k: v
@@ -112,7 +118,7 @@ def test_delta_spark_suite_in_its_own_process() -> None:
     }
     env[CHILD] = "1"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", __file__],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -120,7 +126,16 @@ def test_delta_spark_suite_in_its_own_process() -> None:
         timeout=1500,
         check=False,
     )
+    results = [
+        line
+        for line in done.stdout.splitlines()
+        if line.startswith(("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"))
+        or re.match(r"^=* ?\d+ (passed|failed|error)", line)
+    ]
+    with capsys.disabled():
+        print("\n[delta-spark suite, own process]\n" + "\n".join(results), flush=True)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert not any(line.startswith("SKIPPED") for line in results), "nothing may skip here"
 
 
 @pytest.fixture(scope="module")
