@@ -41,13 +41,13 @@ test-spark35: $(STAMP35)
 	$(VENV35)/bin/python -m pytest tests/spark35 $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check deltasink tests jobs bench
-	$(VENV)/bin/ruff format --check deltasink tests jobs bench
+	$(VENV)/bin/ruff check deltasink tests jobs bench tools
+	$(VENV)/bin/ruff format --check deltasink tests jobs bench tools
 	$(VENV)/bin/mypy
 
 fmt: $(STAMP)
-	$(VENV)/bin/ruff check --fix deltasink tests jobs bench
-	$(VENV)/bin/ruff format deltasink tests jobs bench
+	$(VENV)/bin/ruff check --fix deltasink tests jobs bench tools
+	$(VENV)/bin/ruff format deltasink tests jobs bench tools
 
 check: lint test
 

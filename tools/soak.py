@@ -71,6 +71,7 @@ __all__ = [
     "run_soak",
     "source_batch",
     "source_rows",
+    "txn_ledger",
 ]
 
 APP_ID = "soak"
@@ -220,12 +221,14 @@ class Observed:
     progress: int
 
 
-def _ledger(target: Path) -> dict[int, int]:
+def txn_ledger(target: Path, app_id: str = APP_ID) -> dict[int, int]:
+    """Batch version -> how many target commits applied it, from the raw JSON log
+    (a coalesced commit lists its versions in ``commitInfo``)."""
     counts: Counter[int] = Counter()
     for path in sorted((target / "_delta_log").glob("*.json")):
         lines = path.read_text().splitlines()
         actions: list[dict[str, Any]] = [json.loads(line) for line in lines if line.strip()]
-        txns = [a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == APP_ID]
+        txns = [a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == app_id]
         if not txns:
             continue
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
@@ -248,7 +251,7 @@ def observe(target: Path, staging: Path, progress: Path) -> Observed:
         if actions.num_rows:
             column = actions.column("partition._deltasink_version").to_pylist()
             staged = frozenset(int(v) for v in column if v is not None)
-    return Observed(marker, _ledger(target), rows, staged, read_progress(progress))
+    return Observed(marker, txn_ledger(target), rows, staged, read_progress(progress))
 
 
 @dataclass(frozen=True)
