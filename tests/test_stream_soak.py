@@ -41,7 +41,7 @@ def test_a_planned_streaming_soak_on_delta_spark_applies_every_batch_once(tmp_pa
         "sink committed, Spark's commit log not written": 1,
         "fault publish.after_target_commit": 1,
     }
-    assert (summary["trials"], summary["versions_checked"], summary["missed"]) == (1, 5, 0)
+    assert (summary["trials"], summary["files_checked"], summary["missed"]) == (1, 5, 0)
     assert (summary["lost"], summary["duplicated"]) == (0, 0)
     assert (summary["violations"], summary["errors"]) == ([], [])
     # Replays happened (the sink-done kill makes Spark run that batch again).
@@ -52,39 +52,70 @@ def test_a_planned_streaming_soak_on_delta_spark_applies_every_batch_once(tmp_pa
 # -- the checker and the plan ------------------------------------------------------------
 
 
-def ids(*versions: int) -> list[int]:
-    return sorted(v * 100 + r for v in versions for r in range(stream_soak.ROWS_PER_FILE))
+def ids(*files: int) -> list[int]:
+    return sorted(i for n in files for i in stream_soak.file_ids(n))
+
+
+#: Micro-batch -> input files, as Spark planned them (batch 1 replanned after a kill
+#: read two files).
+BATCHES = {0: [0], 1: [1, 2], 2: [3], 3: [4]}
 
 
 def test_the_checker_accepts_a_consistent_state() -> None:
-    obs = Observed(marker=2, ledger={0: 1, 1: 1, 2: 1}, ids=ids(0, 1, 2), staged=[3])
-    assert check(obs, files=5, final=False) == (set(), set(), [])
-    done = Observed(marker=4, ledger=dict.fromkeys(range(5), 1), ids=ids(*range(5)), staged=[])
-    assert check(done, files=5, final=True) == (set(), set(), [])
+    obs = Observed(marker=1, ledger={0: 1, 1: 1}, ids=ids(0, 1, 2), staged=[2])
+    assert check(obs, BATCHES, files=5, final=False) == (set(), set(), [])
+    done = Observed(marker=3, ledger=dict.fromkeys(range(4), 1), ids=ids(*range(5)), staged=[])
+    assert check(done, BATCHES, files=5, final=True) == (set(), set(), [])
 
 
 def test_the_checker_finds_duplicates_losses_and_rows_above_the_marker() -> None:
-    twice = Observed(marker=1, ledger={0: 1, 1: 2}, ids=ids(0, 1), staged=[])
-    assert check(twice, files=3, final=False) == (set(), {1}, [])
-    repeated_rows = Observed(marker=1, ledger={0: 1, 1: 1}, ids=ids(0, 1, 1), staged=[])
-    assert check(repeated_rows, files=3, final=False) == (set(), {1}, [])
-    no_commit = Observed(marker=1, ledger={1: 1}, ids=ids(1), staged=[])
-    assert check(no_commit, files=3, final=False) == ({0}, set(), [])
-    missing_row = Observed(marker=1, ledger={0: 1, 1: 1}, ids=ids(0, 1)[1:], staged=[])
-    assert check(missing_row, files=3, final=False) == ({0}, set(), [])
+    twice = Observed(marker=1, ledger={0: 1, 1: 2}, ids=ids(0, 1, 2), staged=[])
+    assert check(twice, BATCHES, files=5, final=False) == (set(), {1}, [])
+    repeated_rows = Observed(marker=1, ledger={0: 1, 1: 1}, ids=ids(0, 1, 2, 2), staged=[])
+    assert check(repeated_rows, BATCHES, files=5, final=False) == (set(), {1}, [])
+    no_commit = Observed(marker=1, ledger={1: 1}, ids=ids(1, 2), staged=[])
+    assert check(no_commit, BATCHES, files=5, final=False) == ({0}, set(), [])
+    half_a_batch = Observed(marker=1, ledger={0: 1, 1: 1}, ids=ids(0, 1), staged=[])
+    assert check(half_a_batch, BATCHES, files=5, final=False) == ({1}, set(), [])
     above = Observed(marker=0, ledger={0: 1}, ids=ids(0, 1), staged=[])
-    assert check(above, files=3, final=False) == (
+    assert check(above, BATCHES, files=5, final=False) == (
         set(),
         set(),
         ["versions [1] are visible above the marker 0"],
     )
+    unplanned = Observed(marker=4, ledger=dict.fromkeys(range(5), 1), ids=ids(*range(5)), staged=[])
+    assert check(unplanned, BATCHES, files=5, final=False)[2] == [
+        "version 4 is committed but Spark never planned it"
+    ]
 
 
 def test_the_checker_wants_the_whole_stream_at_the_end() -> None:
-    short = Observed(marker=1, ledger={0: 1, 1: 1}, ids=ids(0, 1), staged=[1])
-    lost, duplicated, violations = check(short, files=3, final=True)
-    assert (lost, duplicated) == ({2}, set())
-    assert violations == ["the marker is 1, expected 2", "staging still holds versions [1]"]
+    short = Observed(marker=2, ledger={0: 1, 1: 1, 2: 1}, ids=ids(0, 1, 2, 3), staged=[2])
+    lost, duplicated, violations = check(short, BATCHES, files=6, final=True)
+    assert (lost, duplicated) == (set(), set())
+    assert violations == [
+        "the marker is 2, Spark's last batch 3",
+        "Spark never read files [5]",
+        "staging still holds versions [2]",
+    ]
+
+
+def test_the_files_of_each_micro_batch_come_from_spark_s_checkpoint(tmp_path: Path) -> None:
+    sources, offsets = tmp_path / "sources" / "0", tmp_path / "offsets"
+    sources.mkdir(parents=True)
+    offsets.mkdir()
+    for entry, numbers in enumerate([[0], [1], [2]]):
+        lines = [
+            json.dumps({"path": f"file:///in/part-{n:04d}.json", "batchId": entry}) for n in numbers
+        ]
+        (sources / str(entry)).write_text("v1\n" + "\n".join(lines) + "\n")
+        (sources / f".{entry}.crc").write_bytes(b"\xea\x00")  # Hadoop's checksums: skipped
+    for batch, end in enumerate([0, 2]):  # batch 1 was replanned over two log entries
+        (offsets / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"logOffset": end}) + "\n"
+        )
+    (offsets / "2").write_text("v1\n")  # half-written by a killed driver
+    assert stream_soak.spark_batches(tmp_path) == {0: [0], 1: [1, 2]}
 
 
 def test_kills_are_planned_in_the_form_they_are_reported() -> None:

@@ -27,12 +27,14 @@ to the end of the input. The instants:
   pass, inside the sink.
 
 Checks, read from the Delta log with delta-rs and the raw JSON log (never through the
-sink), with ``m`` the target's ``txn`` marker for the app:
+sink), with ``m`` the target's ``txn`` marker for the app and the input files of each
+micro-batch taken from the query's own checkpoint (Spark decides them: a batch
+replanned after a kill may read two files):
 
-* after each kill: the target holds exactly the rows of files ``0..m``, each once, and
-  every version ``0..m`` was applied by exactly one target commit; none above ``m``;
-* at the end: ``m`` is the last file, every row once, one commit per version, and the
-  staging table holds no version any more.
+* after each kill: the target holds exactly the rows of micro-batches ``0..m``, each
+  once, and every version ``0..m`` was applied by exactly one target commit; none above;
+* at the end: ``m`` is Spark's last micro-batch, every input file was read, every row
+  is in the target once, and the staging table holds no version any more.
 
 Prints a summary and exits 1 if anything was lost, duplicated or inconsistent.
 """
@@ -88,8 +90,37 @@ def write_input(directory: Path, files: int) -> None:
         os.utime(path, (stamp, stamp))
 
 
-def expected_ids(files: range) -> list[int]:
-    return sorted(n * 100 + r for n in files for r in range(ROWS_PER_FILE))
+def file_ids(number: int) -> list[int]:
+    """The ids of input file ``number``."""
+    return [number * 100 + r for r in range(ROWS_PER_FILE)]
+
+
+def spark_batches(checkpoint: Path) -> dict[int, list[int]]:
+    """Micro-batch id -> the input files it read, from the query's own checkpoint
+    (``offsets/<batch>`` names the file-source log offset a batch ends at; the source
+    log names the files of each offset). Spark decides this, not deltasink: after a
+    kill, a replanned batch may read more than one file despite ``maxFilesPerTrigger``.
+    """
+    log: dict[int, list[int]] = {}
+    sources = checkpoint / "sources" / "0"
+    for path in sorted(sources.glob("[0-9]*")) if sources.is_dir() else []:
+        for line in path.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            number = int(entry["path"].rsplit("part-", 1)[1].split(".")[0])
+            log.setdefault(int(entry["batchId"]), []).append(number)
+    ends: dict[int, int] = {}
+    offsets = checkpoint / "offsets"
+    for path in offsets.glob("[0-9]*") if offsets.is_dir() else []:
+        lines = path.read_text().splitlines()
+        if len(lines) >= 3:  # a half-written offset file is Spark's to redo
+            ends[int(path.name)] = int(json.loads(lines[2])["logOffset"])
+    batches, start = {}, -1
+    for batch in sorted(ends):
+        batches[batch] = sorted(
+            n for k in range(start + 1, ends[batch] + 1) for n in log.get(k, [])
+        )
+        start = ends[batch]
+    return batches
 
 
 @dataclass(frozen=True)
@@ -173,24 +204,39 @@ def observe(target: Path, staging: Path) -> Observed:
     return Observed(marker, ledger, ids, staged)
 
 
-def check(obs: Observed, *, files: int, final: bool) -> tuple[set[int], set[int], list[str]]:
-    """(lost versions, duplicated versions, other violations) of ``obs``."""
+def check(
+    obs: Observed, batches: dict[int, list[int]], *, files: int, final: bool
+) -> tuple[set[int], set[int], list[str]]:
+    """(lost versions, duplicated versions, other violations) of ``obs``, given the
+    input files of each micro-batch (:func:`spark_batches`)."""
     top = -1 if obs.marker is None else obs.marker
+    batch_of = {n: b for b, numbers in batches.items() for n in numbers}
     counts = Counter(obs.ids)
     duplicated = {v for v, n in obs.ledger.items() if n > 1}
-    duplicated |= {i // 100 for i, n in counts.items() if n > 1}
-    lost = {v for v in range(top + 1) if obs.ledger.get(v, 0) == 0}
-    lost |= {i // 100 for i in expected_ids(range(top + 1)) if i not in counts}
+    duplicated |= {batch_of.get(i // 100, -1) for i, n in counts.items() if n > 1}
+    lost = set()
     violations = []
+    for version in range(top + 1):
+        if version not in batches:
+            violations.append(f"version {version} is committed but Spark never planned it")
+            continue
+        wanted = [i for n in batches[version] for i in file_ids(n)]
+        if obs.ledger.get(version, 0) == 0 or any(i not in counts for i in wanted):
+            lost.add(version)
     above = sorted(
-        {i // 100 for i in counts if i // 100 > top} | {v for v in obs.ledger if v > top}
+        {batch_of.get(i // 100, -1) for i in counts if batch_of.get(i // 100, -1) > top}
+        | {v for v in obs.ledger if v > top}
+        | ({-1} if any(i // 100 not in batch_of for i in counts) else set())
     )
     if above:
         violations.append(f"versions {above} are visible above the marker {top}")
     if final:
-        if obs.marker != files - 1:
-            violations.append(f"the marker is {obs.marker}, expected {files - 1}")
-        lost |= {i // 100 for i in expected_ids(range(files)) if i not in counts}
+        last = max(batches, default=-1)
+        if obs.marker != last:
+            violations.append(f"the marker is {obs.marker}, Spark's last batch {last}")
+        unread = sorted(set(range(files)) - set(batch_of))
+        if unread:
+            violations.append(f"Spark never read files {unread}")
         if obs.staged:
             violations.append(f"staging still holds versions {obs.staged}")
     return lost, duplicated, violations
@@ -231,6 +277,7 @@ class StreamTrial:
     violations: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     batches_run: int = 0
+    multi_file: int = 0  # micro-batches Spark planned with more than one file
 
     @property
     def dir(self) -> Path:
@@ -271,7 +318,9 @@ class StreamTrial:
         return self
 
     def record(self, obs: Observed, *, final: bool) -> None:
-        lost, duplicated, violations = check(obs, files=self.files, final=final)
+        batches = spark_batches(self.dir / "checkpoint")
+        self.multi_file += sum(1 for b in batches.values() if len(b) > 1) if final else 0
+        lost, duplicated, violations = check(obs, batches, files=self.files, final=final)
         self.lost |= lost
         self.duplicated |= duplicated
         when = "at the end" if final else f"after kill {len(self.kills)} ({self.kills[-1][1]})"
@@ -406,7 +455,8 @@ class Summary:
             "kills_by_moment": dict(Counter(w for t in self.trials for _, w in t.kills)),
             "missed": sum(t.missed for t in self.trials),
             "batches_run": sum(t.batches_run for t in self.trials),
-            "versions_checked": sum(t.files for t in self.trials),
+            "multi_file_batches": sum(t.multi_file for t in self.trials),
+            "files_checked": sum(t.files for t in self.trials),
             "lost": sum(len(t.lost) for t in self.trials),
             "duplicated": sum(len(t.duplicated) for t in self.trials),
             "violations": [f"trial {t.trial}: {v}" for t in self.trials for v in t.violations],
@@ -426,7 +476,8 @@ class Summary:
             + ")",
             f"  kills that missed     {d['missed']:>6}   (the job finished first)",
             f"  micro-batches run     {d['batches_run']:>6}   (replays included)",
-            f"  versions checked      {d['versions_checked']:>6}",
+            f"  input files checked   {d['files_checked']:>6}   "
+            f"({d['multi_file_batches']} micro-batches read two or more after a kill)",
             f"  lost versions         {d['lost']:>6}",
             f"  duplicated versions   {d['duplicated']:>6}",
             f"  other violations      {len(d['violations']):>6}",
