@@ -7,7 +7,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from deltasink.errors import InvalidVersionError
 
@@ -20,6 +20,7 @@ __all__ = [
     "GcResult",
     "LogState",
     "Outcome",
+    "Prepared",
     "Progress",
     "StagedVersion",
     "check_version",
@@ -42,6 +43,21 @@ class StagedVersion:
     version: int
     rows: int
     staged_at: datetime
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch validated for ``version`` and not written anywhere yet (direct publish).
+
+    Attributes:
+        version: The batch version.
+        rows: Number of rows.
+        payload: The engine's form of the validated batch (opaque to the core).
+    """
+
+    version: int
+    rows: int
+    payload: Any = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from deltasink.committables import CommitResult, LogState, StagedVersion
+from deltasink.committables import CommitResult, LogState, Prepared, StagedVersion
 
 __all__ = [
     "DiscardReason",
     "Participant",
     "SupportsCoalescing",
+    "SupportsDirectPublish",
     "SupportsFencing",
     "SupportsQuarantine",
 ]
@@ -106,4 +107,39 @@ class SupportsCoalescing(Protocol):
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         """Apply ``staged`` (ascending, ≥ 2 versions) in one commit; idempotent."""
+        ...
+
+
+@runtime_checkable
+class SupportsDirectPublish(Protocol):
+    """Optional capability: publish a batch straight into the target, unstaged.
+
+    Used only by ``write()`` (both phases in one call, before its caller is
+    acknowledged) when nothing is staged: the ``txn(app_id, version)`` marker in the
+    target commit alone makes a retry of the version a no-op. The core stages the
+    prepared batch instead when a check fails (quarantine) or the publish fails (so
+    ``recover()`` finishes it). Fencing holds: a publish by a fenced writer raises
+    :class:`~deltasink.errors.FencedError`.
+    """
+
+    def read_state(self) -> LogState:
+        """As :meth:`Participant.read_state`."""
+        ...
+
+    def prepare(self, batch: Any, version: int) -> Prepared:
+        """Validate ``batch`` for ``version`` without writing anything; the same
+        named errors as ``stage``."""
+        ...
+
+    def audit_prepared(self, prepared: Prepared) -> str | None:
+        """Run the pre-commit checks on the prepared batch: ``None`` or why not."""
+        ...
+
+    def publish_prepared(self, prepared: Prepared) -> CommitResult:
+        """Apply the prepared batch to the target with its marker in one commit;
+        idempotent, all or nothing, as ``publish``."""
+        ...
+
+    def stage_prepared(self, prepared: Prepared) -> StagedVersion:
+        """Stage the prepared batch, as ``stage`` would have."""
         ...

@@ -34,10 +34,12 @@ from deltasink.committables import (
     CommitResult,
     Committable,
     LogState,
+    Prepared,
     Progress,
     StagedVersion,
     check_version,
 )
+from deltasink.direct import audit_passes, landed_despite, publish_directly
 from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
@@ -50,6 +52,7 @@ from deltasink.participant import (
     DiscardReason,
     Participant,
     SupportsCoalescing,
+    SupportsDirectPublish,
     SupportsFencing,
     SupportsQuarantine,
 )
@@ -63,9 +66,11 @@ __all__ = [
     "DiscardReason",
     "LogState",
     "Participant",
+    "Prepared",
     "Progress",
     "StagedVersion",
     "SupportsCoalescing",
+    "SupportsDirectPublish",
     "SupportsFencing",
     "SupportsQuarantine",
     "Timeouts",
@@ -157,6 +162,37 @@ class TwoPhaseCommit(Generic[B]):
         """
         limit = check_version(up_to, what="up_to")
         return self._run(limit, recovering=False, progress=progress)
+
+    def write(self, batch: B, version: object, *, progress: Progress | None = None) -> CommitReport:
+        """Both phases for one batch whose source is not acknowledged yet.
+
+        With nothing staged and a participant that :class:`SupportsDirectPublish`, the
+        validated batch is published straight into the target (its marker makes a
+        retry a no-op) and staged only when needed: a failing check (then quarantined
+        as by :meth:`commit`) or a failing publish (then staged for :meth:`recover`,
+        and the error raised). Otherwise ``pre_commit`` then ``commit``: pending
+        versions ahead of it are published first (coalesced with it when possible).
+
+        Raises:
+            As :meth:`pre_commit` and :meth:`commit`.
+        """
+        v = check_version(version)
+        participant = self.participant
+        if isinstance(participant, SupportsDirectPublish):
+            state = participant.read_state()
+            if not state.staged and not state.is_committed(v):
+                prepared = participant.prepare(batch, v)
+                if audit_passes(participant, prepared):
+                    result = publish_directly(
+                        participant, prepared, state, app_id=self.app_id, clock=self.clock
+                    )
+                    if progress is not None:
+                        progress(result)
+                    return CommitReport(self.app_id, (result,), v, ())
+                participant.stage_prepared(prepared)  # the gate audits again, quarantines
+                return self._run(v, recovering=False, progress=progress)
+        self.pre_commit(batch, v)
+        return self._run(v, recovering=False, progress=progress)
 
     def recover(self, *, progress: Progress | None = None) -> CommitReport:
         """Publish every staged, uncommitted version (Flink's ``recoverAndCommit``).
@@ -284,7 +320,7 @@ class TwoPhaseCommit(Generic[B]):
         except FencedError:
             raise  # another writer owns the app now: stop, do not retry or abandon
         except Exception as exc:
-            landed = self._landed_despite(staged, exc)
+            landed = landed_despite(self.participant.read_state, staged, exc, self.app_id)
             if landed is not None:
                 result = landed
             elif (
@@ -308,29 +344,6 @@ class TwoPhaseCommit(Generic[B]):
                 ) from exc
         _faults.point("commit.after_publish", versions=[staged.version])
         return result
-
-    def _landed_despite(self, staged: StagedVersion, exc: Exception) -> CommitResult | None:
-        """After a failed publish, whether the target commit landed anyway (the error
-        came after it): then the version is committed, and must be reported so."""
-        try:
-            landed = self.participant.read_state().is_committed(staged.version)
-        except Exception:
-            return None
-        if not landed:
-            return None
-        logger.warning(
-            "app %r: publishing version %s raised (%s) after its target commit landed; "
-            "the version is committed",
-            self.app_id,
-            staged.version,
-            exc,
-        )
-        return CommitResult(
-            staged.version,
-            "committed",
-            rows=staged.rows,
-            message=f"committed; an error was raised after the commit landed: {exc}",
-        )
 
     def _clean(
         self, state: LogState, committed: int | None, results: Sequence[CommitResult]

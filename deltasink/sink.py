@@ -236,17 +236,29 @@ class DeltaSink:
         return self._after(self._core.commit(version, progress=progress))
 
     def write(self, df: object, version: int) -> CommitReport:
-        """Both phases for one batch: ``pre_commit(df, version)`` then ``commit(version)``.
+        """Both phases for one batch, for a caller that acknowledges its source only
+        after this returns (``foreach_batch``, a batch job's run).
+
+        With nothing staged for this writer, the validated (and checked) batch is
+        published straight into the target with ``txn(app_id, version)`` in that
+        commit, without a staging write (*direct publish*): a retry of the version is a
+        no-op. It is staged only when needed: a failing check quarantines it (as
+        :meth:`commit` does; no exception), a failing publish leaves it staged for
+        :meth:`recover` and raises. With versions pending, it is ``pre_commit(df,
+        version)`` then ``commit(version)``: the pending ones go first, coalesced with
+        it where possible.
 
         Safe to repeat with the same version after a crash (it changes nothing twice).
+
+        Raises:
+            As :meth:`pre_commit` and :meth:`commit`.
         """
-        # The stage commit may record the publish intent too (saves a staging commit).
+        # When it stages, the stage commit records the publish intent too.
         self._backend.write_through = version
         try:
-            self._core.pre_commit(df, version)
+            return self._after(self._core.write(df, version))
         finally:
             self._backend.write_through = None
-        return self.commit(version)
 
     def _after(self, report: CommitReport) -> CommitReport:
         if self._post_commit:

@@ -34,9 +34,10 @@ from typing import Any
 
 from deltasink import _faults
 from deltasink.errors import InvalidInputError, KeyColumnError
-from deltasink.protocol import CommitResult, LogState, StagedVersion
+from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 
 __all__ = [
+    "DirectInMemoryParticipant",
     "FileRenameParticipant",
     "InMemoryParticipant",
     "MemoryStore",
@@ -172,6 +173,60 @@ class InMemoryParticipant:
         for version in versions:
             self.store.staged.pop(version, None)
         self.discards.append((tuple(versions), reason))
+
+
+class DirectInMemoryParticipant(InMemoryParticipant):
+    """:class:`InMemoryParticipant` that can also publish a batch unstaged
+    (:class:`~deltasink.participant.SupportsDirectPublish`).
+
+    Args:
+        fail_stage: Versions whose ``stage_prepared`` raises :class:`OSError`.
+        fail_after_commit: Versions whose publish raises after the target changed.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore | None = None,
+        *,
+        fail_publish: set[int] | None = None,
+        fail_stage: set[int] | None = None,
+        fail_after_commit: set[int] | None = None,
+    ) -> None:
+        super().__init__(store, fail_publish=fail_publish)
+        self.fail_stage = set(fail_stage or ())
+        self.fail_after_commit = set(fail_after_commit or ())
+        #: Versions published without being staged, in call order.
+        self.direct_calls: list[int] = []
+
+    def prepare(self, batch: Sequence[Row], version: int) -> Prepared:
+        rows = [dict(row) for row in batch]
+        if any(row.get("id") is None for row in rows):
+            raise KeyColumnError("every row needs a non-null 'id'", version=version, column="id")
+        return Prepared(version, len(rows), rows)
+
+    def audit_prepared(self, prepared: Prepared) -> str | None:
+        return None
+
+    def stage_prepared(self, prepared: Prepared) -> StagedVersion:
+        if prepared.version in self.fail_stage:
+            raise OSError(f"staging refuses writes (version {prepared.version})")
+        return self.stage(prepared.payload, prepared.version)
+
+    def publish_prepared(self, prepared: Prepared) -> CommitResult:
+        self.direct_calls.append(prepared.version)
+        version = prepared.version
+        if version in self.fail_publish:
+            raise OSError(f"target refuses writes (version {version})")
+        store = self.store
+        for row in prepared.payload:
+            store.target[row["id"]] = dict(row)
+        store.marker = version
+        store.table_version = 0 if store.table_version is None else store.table_version + 1
+        if version in self.fail_after_commit:
+            raise OSError(f"connection lost after the commit of version {version}")
+        return CommitResult(
+            version, "committed", rows=prepared.rows, target_version=store.table_version
+        )
 
 
 # -- file rename (Flink's ContentDump) ------------------------------------------------

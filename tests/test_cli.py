@@ -23,9 +23,10 @@ runner = CliRunner()
 
 @pytest.fixture
 def job(target: str) -> DeltaSink:
-    """A writer with version 0 committed and versions 1, 2 pending."""
+    """A writer with version 0 committed (staged first) and versions 1, 2 pending."""
     sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
-    sink.write(pa.table({"id": [1, 2], "value": ["a", "b"]}), 0)
+    sink.pre_commit(pa.table({"id": [1, 2], "value": ["a", "b"]}), 0)
+    sink.commit(0)
     sink.pre_commit(pa.table({"id": [3], "value": ["c"]}), 1)
     sink.pre_commit(pa.table({"id": [4, 5], "value": ["d", "e"]}), 2)
     return sink

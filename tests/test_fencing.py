@@ -197,6 +197,7 @@ def partition_dirs(staging: str) -> list[int]:
 
 def test_gc_keeps_files_younger_than_the_retention(target: str) -> None:
     sink = DeltaSink(target, "job", APPEND)
-    sink.write(batch(1), 0)
+    sink.pre_commit(batch(1), 0)  # staged (write() would publish it directly)
+    sink.commit(0)
     assert sink.gc(retention=3600).files == ()
     assert len(support.staged_files_on_disk(sink.staging)) == 1

@@ -126,17 +126,15 @@ def test_streaming_upsert_runs_reruns_and_picks_up_new_files(tmp_path: Path) -> 
             "commit.after_publish",
             ["batch 1: ['events-00001.json'] already committed, nothing changed (replay)"],
         ),
-        # Crash after pre-commit, before the commit: recover() commits it at start-up.
+        # Crash inside the sink after the target commit landed: a replay as well.
+        (
+            "publish.after_target_commit",
+            ["batch 1: ['events-00001.json'] already committed, nothing changed (replay)"],
+        ),
+        # Crash before the target commit: foreachBatch published directly, so nothing
+        # was staged or committed; the batch simply runs again.
         (
             "commit.before_publish",
-            [
-                "recovered versions [1]: committed",
-                "batch 1: ['events-00001.json'] already committed, nothing changed (replay)",
-            ],
-        ),
-        # Crash while staging: nothing reached the log; the batch simply runs again.
-        (
-            "stage.after_files",
             [
                 "batch 1: ['events-00001.json'] committed versions [1]: +1 ~1 -1 rows "
                 "-> target table version 1"
@@ -244,7 +242,7 @@ def test_maintenance_recovers_reports_and_cleans(tmp_path: Path) -> None:
     assert "  committed version 0; pending [1] (1 staged " in out
     assert "  txn markers: kept forever" in out
     assert "  recovered versions [1]: committed" in out
-    assert "  gc: 2 staging files removed" in out
+    assert "  gc: 1 staging files removed" in out  # version 0 was published unstaged
     assert "RESULT app=orders-demo-writer exit=0" in out
     target = str(tmp_path / "silver" / "orders")
     assert [(r["order_id"], r["status"]) for r in support.rows(target, sort_by="order_id")] == [

@@ -196,9 +196,11 @@ def test_gc_every_expires_staging_files(target: str) -> None:
         UPSERT,
         post_commit=[hooks.gc_every(2, retention=__import__("datetime").timedelta(0))],
     )
-    sink.write(orders([1]), 0)
+    sink.pre_commit(orders([1]), 0)  # staged (write() would publish it directly)
+    sink.commit(0)
     assert len(support.staged_files_on_disk(sink.staging)) == 1
-    sink.write(orders([2]), 1)
+    sink.pre_commit(orders([2]), 1)
+    sink.commit(1)
     assert support.staged_files_on_disk(sink.staging) == []
 
 

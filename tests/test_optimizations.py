@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from deltasink import DeltaSink, MergeSpec
+from deltasink import CommitError, DeltaSink, MergeSpec, checks
+from deltasink._faults import FaultInjected, armed
 from deltasink.backends.embedded.deltalog import post_commit_hooks
 from deltasink.backends.embedded.staging import StagingLog
 from deltasink.merge import key_ranges
@@ -213,6 +214,84 @@ def test_write_publishes_the_batch_it_just_staged_without_reading_it_back(
         {"id": 2, "v": "B"},
         {"id": 3, "v": "c"},
     ]
+
+
+# -- direct publish --------------------------------------------------------------------
+
+
+def staging_operations(staging: str) -> list[str]:
+    """The deltasink operation of every staging commit, oldest first."""
+    found = []
+    for _, actions in sorted(support.log_commits(staging).items()):
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        found.append(info.get("deltasink.operation") or info.get("operation"))
+    return found
+
+
+def test_write_with_nothing_staged_publishes_without_a_staging_write(target: str) -> None:
+    sink = DeltaSink(target, "direct", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1, 2], "v": ["a", "b"]}), 0)
+    report = sink.write(pa.table({"id": [2, 3], "v": ["B", "c"]}), 1)
+    assert [(r.version, r.outcome, r.rows) for r in report.results] == [(1, "committed", 2)]
+    assert report.cleaned_versions == ()
+    assert support.rows(target) == [{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3, "v": "c"}]
+    assert {v: len(c) for v, c in support.txn_commits(target, "direct").items()} == {0: 1, 1: 1}
+    # No staged data ever: each write is a publish intent, the target commit, and the
+    # committed mark; the staging log holds no data file and no stage commit.
+    assert support.staged_files_on_disk(sink.staging) == []
+    assert all(
+        "add" not in a and "remove" not in a
+        for actions in support.log_commits(sink.staging).values()
+        for a in actions
+    )
+    operations = staging_operations(sink.staging)
+    assert "stage" not in operations
+    assert operations[-4:] == ["publish-intent", "committed-mark"] * 2
+    assert DeltaTable(sink.staging).transaction_version("direct#committed") == 1
+    assert sink.status().committed_version == 1
+    # A replay (the caller was not acknowledged) changes nothing.
+    assert sink.write(pa.table({"id": [9], "v": ["x"]}), 1).results == ()
+    assert support.table_version(target) == 1
+
+
+def test_a_failed_direct_publish_is_staged_for_recover(target: str) -> None:
+    sink = DeltaSink(target, "direct", MergeSpec(mode="append"))
+    sink.write(pa.table({"id": [1]}), 0)
+    with (
+        armed("publish.before_target_commit", "raise"),
+        pytest.raises(CommitError, match="version 1 is staged now") as info,
+    ):
+        sink.write(pa.table({"id": [2, 3]}), 1)
+    assert info.value.version == 1
+    assert isinstance(info.value.__cause__, FaultInjected)
+    assert support.ids(target) == [1]
+    assert support.staged_versions(sink.staging) == [1]
+    assert sink.status().pending_versions == [1]
+    assert DeltaSink(target, "direct").recover().committed_versions == [1]
+    assert support.ids(target) == [1, 2, 3]
+    assert support.staged_versions(sink.staging) == []
+
+
+def test_a_batch_failing_its_check_in_write_is_staged_and_quarantined(target: str) -> None:
+    sink = DeltaSink(target, "wap", MergeSpec(mode="append"), checks=[checks.no_nulls("id")])
+    sink.write(pa.table({"id": [1]}), 0)
+    report = sink.write(pa.table({"id": [2, None]}, schema=pa.schema([("id", pa.int64())])), 1)
+    assert [(r.version, r.outcome) for r in report.results] == [(1, "quarantined")]
+    assert support.ids(target) == [1]
+    assert support.staged_versions(sink.staging) == [1]
+    assert list(sink.status().quarantined) == [1]
+
+
+def test_write_behind_pending_versions_commits_them_with_it_in_one_commit(target: str) -> None:
+    sink = DeltaSink(target, "behind", MergeSpec(keys=["id"]))
+    sink.pre_commit(pa.table({"id": [1], "v": ["a"]}), 0)
+    sink.pre_commit(pa.table({"id": [1, 2], "v": ["b", "b"]}), 1)
+    report = sink.write(pa.table({"id": [2, 3], "v": ["c", "c"]}), 2)
+    assert report.committed_versions == [0, 1, 2]
+    assert support.rows(target) == [{"id": 1, "v": "b"}, {"id": 2, "v": "c"}, {"id": 3, "v": "c"}]
+    assert support.txn_commits(target, "behind") == {2: [0]}  # one commit, highest marker
+    assert support.commit_info(target, 0)["deltasink.versions"] == [0, 1, 2]
+    assert support.staged_versions(sink.staging) == []
 
 
 # -- coalesced commits ------------------------------------------------------------------

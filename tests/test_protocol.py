@@ -37,7 +37,12 @@ from deltasink.protocol import (
     TwoPhaseCommit,
     check_version,
 )
-from tests.fakes import FileRenameParticipant, InMemoryParticipant, MemoryStore
+from tests.fakes import (
+    DirectInMemoryParticipant,
+    FileRenameParticipant,
+    InMemoryParticipant,
+    MemoryStore,
+)
 
 APP = "orders-ingest"
 T0 = 1_700_000_000.0
@@ -1040,3 +1045,65 @@ def test_publish_that_landed_before_failing_is_not_reported_abandoned(
         report = core.recover()
     assert fake.contents() == [7]  # the data did land
     assert report.abandoned_versions == []
+
+
+# -- direct publish (write() with nothing staged) ----------------------------------------
+
+
+def direct_core(participant: DirectInMemoryParticipant) -> TwoPhaseCommit[Any]:
+    return TwoPhaseCommit(participant, "direct")
+
+
+def test_write_with_nothing_staged_publishes_without_staging() -> None:
+    p = DirectInMemoryParticipant()
+    report = direct_core(p).write([{"id": 1}], 0)
+    assert [(r.version, r.outcome) for r in report.results] == [(0, "committed")]
+    assert (report.committed_version, report.cleaned_versions) == (0, ())
+    assert (p.direct_calls, p.stage_calls, p.publish_calls) == ([0], [], [])
+    assert (p.marker, p.target, p.staged) == (0, {1: {"id": 1}}, {})
+    # A replay of the version: the marker says committed; nothing is staged or written.
+    assert direct_core(p).write([{"id": 9}], 0).results == ()
+    assert (p.direct_calls, p.stage_calls, p.store.table_version) == ([0], [], 0)
+
+
+def test_write_behind_a_pending_version_takes_the_two_phase_path() -> None:
+    p = DirectInMemoryParticipant()
+    direct_core(p).pre_commit([{"id": 1}], 0)
+    report = direct_core(p).write([{"id": 2}], 1)
+    assert report.committed_versions == [0, 1]
+    assert (p.direct_calls, p.stage_calls, p.publish_calls) == ([], [0, 1], [0, 1])
+    assert (p.marker, p.staged) == (1, {})
+
+
+def test_a_failed_direct_publish_is_staged_and_raised() -> None:
+    p = DirectInMemoryParticipant(fail_publish={1})
+    direct_core(p).write([{"id": 1}], 0)
+    with pytest.raises(CommitError, match=r"version 1 is staged now") as info:
+        direct_core(p).write([{"id": 2}], 1)
+    assert (info.value.version, info.value.report.committed_version) == (1, 0)
+    assert (p.marker, sorted(p.staged)) == (0, [1])
+    p.fail_publish.clear()
+    assert direct_core(DirectInMemoryParticipant(p.store)).recover().committed_versions == [1]
+    assert (p.marker, p.target, p.staged) == (1, {1: {"id": 1}, 2: {"id": 2}}, {})
+
+
+def test_a_failed_direct_publish_that_cannot_be_staged_says_to_send_it_again() -> None:
+    p = DirectInMemoryParticipant(fail_publish={0}, fail_stage={0})
+    with pytest.raises(CommitError, match=r"staging it failed too .*send version 0 again"):
+        direct_core(p).write([{"id": 1}], 0)
+    assert (p.marker, p.target, p.staged) == (None, {}, {})
+
+
+def test_a_direct_publish_that_raised_after_landing_is_reported_committed() -> None:
+    p = DirectInMemoryParticipant(fail_after_commit={0})
+    report = direct_core(p).write([{"id": 1}], 0)
+    assert [(r.version, r.outcome) for r in report.results] == [(0, "committed")]
+    assert "raised after the commit landed" in (report.results[0].message or "")
+    assert (p.marker, p.staged) == (0, {})
+
+
+def test_invalid_input_to_write_is_refused_before_anything_is_written() -> None:
+    p = DirectInMemoryParticipant()
+    with pytest.raises(InvalidInputError):
+        direct_core(p).write([{"id": None}], 0)
+    assert (p.marker, p.target, p.staged, p.direct_calls) == (None, {}, {}, [])

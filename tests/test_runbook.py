@@ -122,7 +122,8 @@ def test_rerun_a_day(target: str) -> None:
 
 def test_housekeeping(target: str) -> None:
     job = DeltaSink(target, "orders-ingest", UPSERT)
-    job.write(batch(1), 0)
+    job.pre_commit(batch(1), 0)  # staged (write() would publish it directly)
+    job.commit(0)
     (gc,) = sections()["Housekeeping"]
     code, output = run(gc, target)
     assert code == 0

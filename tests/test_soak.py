@@ -16,7 +16,7 @@ from deltasink import DeltaSink, MergeSpec
 from tools import soak
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = 3
+SEED = 5
 
 
 @pytest.mark.slow
@@ -35,8 +35,8 @@ def test_a_short_soak_run_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     assert (summary["lost"], summary["duplicated"]) == (0, 0)
     assert (summary["violations"], summary["errors"]) == ([], [])
     assert summary["ok"] is True
-    # This seed plans 5 kills: 3 timed (2 of them early in a 5-6 batch job), 1 during
-    # recovery, 1 at a fault point every start passes (stage.after_log_commit@1).
+    # This seed lands 7 kills: 4 timed, 3 at fault points the starts passed (a start
+    # that writes with write() publishes directly and passes no staging point).
     assert summary["kills"] >= 3, summary
     assert summary["kills_by_kind"].get("fault", 0) >= 1, summary
     assert sum(summary["kills_by_phase"].values()) == summary["kills"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Literal
 
 import pyarrow as pa
@@ -18,10 +19,10 @@ from deltasink import _faults
 from deltasink.batch import collect, prepare
 from deltasink.checks import Check
 from deltasink.coalesce import coalesce
-from deltasink.errors import CommitError, ConfigurationError
+from deltasink.errors import CommitError, ConfigurationError, FencedError
 from deltasink.guards import MarkGuard, refuse_spec_change
 from deltasink.participant import DiscardReason
-from deltasink.protocol import CommitResult, LogState, StagedVersion
+from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 
 from .audit import Auditor
@@ -158,6 +159,11 @@ class EmbeddedBackend:
         return LogState(committed, staged, quarantined)
 
     def stage(self, batch: object, version: int) -> StagedVersion:
+        return self.stage_prepared(self.prepare(batch, version))
+
+    # -- SupportsDirectPublish ---------------------------------------------------------
+
+    def prepare(self, batch: object, version: int) -> Prepared:
         spec = self.spec_for_new_versions()
         recorded = self.log.recorded_spec(fresh=False)
         if recorded is not None and recorded != spec:
@@ -170,19 +176,67 @@ class EmbeddedBackend:
                 version=version,
             )
         data = self._prepare(batch, spec)
+        return Prepared(version, data.num_rows, data)
+
+    def _claim_for(self, prepared: Prepared) -> int:
+        """Claim (or verify) the epoch and record the spec and checks new versions
+        carry; creates the staging table on first use."""
+        data: pa.Table = prepared.payload
         epoch = self._fence(data.schema)
         assert epoch is not None
+        spec = self.spec_for_new_versions()
+        recorded = self.log.recorded_spec(fresh=False)
         if recorded is not None and recorded != spec:
             self.writer.record_spec(spec)
             self.epochs.check(epoch)
-        intent = self.write_through == version
         if self._auditor.own_checks:
             self.writer.record_checks(self._auditor.encoded())
+        return epoch
+
+    def stage_prepared(self, prepared: Prepared) -> StagedVersion:
+        version, data = prepared.version, prepared.payload
+        epoch = self._claim_for(prepared)
+        intent = self.write_through == version
         staged = self.writer.append(version, data, epoch=epoch, verified=True, intent=intent)
         if intent:
             self._intent = version
         self._last = (version, data)
         return staged
+
+    def audit_prepared(self, prepared: Prepared) -> str | None:
+        self._last = (prepared.version, prepared.payload)
+        staged = StagedVersion(prepared.version, prepared.rows, datetime.now(timezone.utc))
+        return self._auditor.audit(staged)
+
+    def publish_prepared(self, prepared: Prepared) -> CommitResult:
+        """Publish without staging: the publish intent before the target commit, the
+        committed mark after it (two commits without data in the staging log)."""
+        version = prepared.version
+        epoch = self._claim_for(prepared)
+        self._guard.check_publish(version)
+        self._announce(version)
+        result = self.target.apply(
+            prepared.payload,
+            spec=self.spec_for_new_versions(),
+            app_id=self.app_id,
+            version=version,
+            metadata={"deltasink.staging": self.log.uri, "deltasink.rows": prepared.rows},
+            before_attempt=self._fence,
+        )
+        self._last = None
+        try:
+            self.writer.record_mark(version, epoch=epoch)
+        except FencedError:
+            raise
+        except Exception as exc:  # as a failed clean-up: the next one records it
+            logger.warning(
+                "app %r: recording version %s as committed in the staging table failed "
+                "(%s); the next commit records it",
+                self.app_id,
+                version,
+                exc,
+            )
+        return result
 
     def _announce(self, version: int) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage

@@ -252,6 +252,29 @@ class StagingWriter:
         )
         table.update_incremental()
 
+    def record_mark(self, version: int, *, epoch: int) -> None:
+        """Record, in one commit without data, that ``version`` is committed to the
+        target (the committed mark a clean-up commit records; for a version published
+        without being staged).
+
+        Raises:
+            FencedError: ``epoch`` is no longer current.
+        """
+        table = self.epochs.check(epoch)
+        if table is None:
+            return
+        _log_commit(
+            table,
+            [],
+            commit_properties(
+                app_id=self.log.app_id,
+                version=None,
+                operation="committed-mark",
+                markers={self.log.app_id + COMMITTED_SUFFIX: version},
+                extra={"deltasink.epoch": epoch},
+            ),
+        )
+
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
         table = self.log.open(fresh=False)
