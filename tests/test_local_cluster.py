@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.test_contract_spark import REASON, delta_jars
-from tests.test_streaming_jvm import job_env
+from tools.stream_soak import job_env
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "jvm" / "cluster_job.py"
@@ -33,7 +33,7 @@ def run(master: str, work: Path) -> dict[str, Any]:
     work.mkdir()
     done = subprocess.run(
         [sys.executable, str(JOB), master, ",".join(delta_jars()), str(work)],
-        env=job_env(),
+        env=job_env("spark"),
         capture_output=True,
         text=True,
         timeout=600,
