@@ -25,9 +25,9 @@ def target(tmp_path: Path) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a process that hosts the embedded engine's Spark Connect session, the
-    delta-spark module's tests run in a child process of their own
-    (``test_delta_spark_suite_in_its_own_process``, which echoes their results):
-    deselect them here rather than report them as skipped."""
+    delta-spark module's tests run in a child process of their own, started here and
+    collected by ``test_delta_spark_suite_in_its_own_process`` (run last, it echoes
+    their results): deselect them here rather than report them as skipped."""
     import os
 
     connect = "SPARK_CONNECT_MODE_ENABLED" in os.environ or "SPARK_REMOTE" in os.environ
@@ -52,6 +52,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=gated)
         items[:] = [item for item in items if item not in gated]
         test_contract_spark.RUN_IN_CHILD = True
+        # Start that child now and collect it last: the JVM suite then runs beside the
+        # rest of the suite instead of after it.
+        runner = [i for i in items if i.name == "test_delta_spark_suite_in_its_own_process"]
+        if runner and not config.option.collectonly:
+            items[:] = [item for item in items if item not in runner] + runner
+            test_contract_spark.start_child()
 
 
 def _embedded_session_requested(items: list[pytest.Item]) -> bool:

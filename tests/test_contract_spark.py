@@ -16,12 +16,15 @@ again in a process of its own by :func:`test_delta_spark_suite_in_its_own_proces
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,36 +108,70 @@ def connect_mode() -> bool:
     return "SPARK_CONNECT_MODE_ENABLED" in os.environ or "SPARK_REMOTE" in os.environ
 
 
-@pytest.mark.timeout(1500)  # the whole module, about 6 minutes here
-def test_delta_spark_suite_in_its_own_process(capsys: pytest.CaptureFixture[str]) -> None:
-    """The module in a process of its own; its per-test results are echoed to this
-    run's output (here the module's other tests are deselected, see conftest.py)."""
-    if os.environ.get(CHILD) or not (connect_mode() or RUN_IN_CHILD):
-        pytest.skip("this process can host the classic session: the tests run here directly")
+#: The module's run in its own process, started by :func:`start_child`.
+_child: tuple[subprocess.Popen[str], Path] | None = None
+#: The child run's bound (the whole module, about 6 minutes alone, 7-8 beside the suite).
+CHILD_TIMEOUT_S = 1500
+
+
+def start_child() -> None:
+    """Start the module's tests in a process of their own, now: conftest.py calls this
+    at collection, so the JVM suite runs beside the rest of the suite (the runner test,
+    moved to the end, collects its results). Idempotent."""
+    global _child
+    if _child is not None:
+        return
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
     }
     env[CHILD] = "1"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", __file__],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
+    fd, name = tempfile.mkstemp(prefix="deltasink-delta-spark-suite-", suffix=".log")
+    with os.fdopen(fd, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", __file__],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    _child = (process, Path(name))
+    atexit.register(_stop_child)
+
+
+def _stop_child() -> None:
+    if _child is not None and _child[0].poll() is None:
+        os.killpg(_child[0].pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(CHILD_TIMEOUT_S + 60)
+def test_delta_spark_suite_in_its_own_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """The module in a process of its own; its per-test results are echoed to this
+    run's output (here the module's other tests are deselected, see conftest.py)."""
+    if os.environ.get(CHILD) or not (connect_mode() or RUN_IN_CHILD):
+        pytest.skip("this process can host the classic session: the tests run here directly")
+    start_child()
+    assert _child is not None
+    process, log = _child
+    try:
+        returncode = process.wait(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _stop_child()
+        raise
+    output = log.read_text()
+    log.unlink()
     results = [
         line
-        for line in done.stdout.splitlines()
+        for line in output.splitlines()
         if line.startswith(("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"))
         or re.match(r"^=* ?\d+ (passed|failed|error)", line)
     ]
     with capsys.disabled():
         print("\n[delta-spark suite, own process]\n" + "\n".join(results), flush=True)
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert returncode == 0, output[-9000:]
     assert not any(line.startswith("SKIPPED") for line in results), "nothing may skip here"
 
 
