@@ -31,6 +31,7 @@ from deltasink.errors import (
     NotADeltaTableError,
     SchemaMismatchError,
     StagingOwnershipError,
+    StorageError,
     UnverifiableChecksError,
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
@@ -65,6 +66,7 @@ __all__ = [
     "SinkStatus",
     "StagedVersion",
     "StagingOwnershipError",
+    "StorageError",
     "UnverifiableChecksError",
     "__version__",
     "checks",

@@ -101,6 +101,30 @@ def _sink(
     )
 
 
+def _known(target: str, app_id: str, staging: str | None, **options: bool) -> DeltaSink:
+    """The sink of a writer that exists: its target holds its ``txn`` marker or its
+    staging table exists.
+
+    Raises:
+        ConfigurationError: Neither does (a mistyped path or app id must not read as
+            "nothing pending").
+    """
+    sink = _sink(target, app_id, staging, **options)
+    st = sink.status()
+    if st.committed_version is not None or st.merge is not None:
+        return sink
+    found = _discover_apps(target)
+    hint = f" Writers found for this target: {', '.join(found)}." if found else ""
+    where = "exists" if st.target_exists else "does not exist"
+    raise ConfigurationError(
+        f"no writer {app_id!r} on {target}: the target {where}, holds no txn marker of "
+        f"that app, and there is no staging table at {st.staging}.{hint} Check the path, "
+        "--app, and --staging if the job sets one.",
+        table=target,
+        app_id=app_id,
+    )
+
+
 def _discover_apps(target: str) -> list[str]:
     root = normalize_uri(target) + STAGING_SUFFIX
     if not is_local(root) or not os.path.isdir(root):
@@ -126,7 +150,10 @@ def status(
     staging: StagingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the committed version and the pending versions of a writer."""
+    """Show the committed version and the pending versions of a writer.
+
+    Exits 3 when the writer does not exist, 6 when a version is quarantined.
+    """
     with _errors(as_json):
         apps = [app_id] if app_id else _discover_apps(target)
         if not apps:
@@ -136,17 +163,19 @@ def status(
                 table=target,
             )
         now = datetime.now(timezone.utc)
-        statuses = [_sink(target, a, staging).status() for a in apps]
+        statuses = [_known(target, a, staging).status() for a in apps]
     if as_json:
         payload: Any = [s.to_dict(now=now) for s in statuses]
         out.print_json(json.dumps(payload if app_id is None else payload[0]))
-        return
-    for st in statuses:
-        out.print(status_table(st, now))
-        if st.pending:
-            out.print(pending_table(st, now))
-        else:
-            out.print("[dim]nothing pending[/]")
+    else:
+        for st in statuses:
+            out.print(status_table(st, now))
+            if st.pending:
+                out.print(pending_table(st, now))
+            else:
+                out.print("[dim]nothing pending[/]")
+    if any(st.quarantined for st in statuses):
+        raise typer.Exit(EXIT_QUARANTINED)
 
 
 @app.command()
@@ -171,7 +200,7 @@ def recover(
     writer role: a job still running with the same app_id is fenced.
     """
     with _errors(as_json):
-        sink = _sink(target, app_id, staging, skip_unverifiable=skip_unverifiable_checks)
+        sink = _known(target, app_id, staging, skip_unverifiable=skip_unverifiable_checks)
         pending = sink.status().pending_versions
         if as_json or not pending:
             report = sink.recover()
@@ -204,7 +233,7 @@ def abort(
 ) -> None:
     """Drop staged, uncommitted versions without committing them."""
     with _errors(as_json):
-        sink = _sink(target, app_id, staging)
+        sink = _known(target, app_id, staging)
         dropped = {v: sink.abort(v) for v in versions}
     if as_json:
         out.print_json(
@@ -234,7 +263,7 @@ def history(
 ) -> None:
     """List a writer's commits to the target (version → target Delta version)."""
     with _errors(as_json):
-        entries = _sink(target, app_id, staging).history(limit)
+        entries = _known(target, app_id, staging).history(limit)
     if as_json:
         out.print_json(json.dumps([e.to_dict() for e in entries]))
         return
@@ -279,7 +308,7 @@ def gc(
 ) -> None:
     """Expire staging files nothing needs any more; compact the staging log."""
     with _errors(as_json):
-        sink = _sink(target, app_id, staging)
+        sink = _known(target, app_id, staging)
         if as_json:
             result = sink.gc(retention_hours * 3600, dry_run=dry_run)
         else:
@@ -295,11 +324,25 @@ def gc(
 
 
 @app.command("version")
-def show_version() -> None:
-    """Print the deltasink version."""
+def show_version(as_json: JsonOpt = False) -> None:
+    """Print the deltasink version (with ``--json``: and the Python and library
+    versions it runs with)."""
     from deltasink import __version__
 
-    out.print(__version__)
+    if not as_json:
+        out.print(__version__)
+        return
+    import platform
+    from importlib import metadata
+
+    libraries: dict[str, str | None] = {}
+    for name in ("deltalake", "pyarrow", "pyspark", "pysail"):
+        try:
+            libraries[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            libraries[name] = None
+    payload = {"deltasink": __version__, "python": platform.python_version(), **libraries}
+    out.print_json(json.dumps(payload))
 
 
 def main() -> None:

@@ -115,6 +115,39 @@ def test_config_error_exit_code(tmp_path: Path) -> None:
     assert json.loads(output)["error"] == "ConfigurationError"
 
 
+@pytest.mark.parametrize("command", ["status", "recover", "history", "gc", "abort"])
+def test_a_writer_that_does_not_exist_is_an_error_not_nothing_pending(
+    job: DeltaSink, tmp_path: Path, command: str
+) -> None:
+    extra = ["1"] if command == "abort" else []
+    # A mistyped app on an existing target: exit 3, naming the writers there are.
+    code, output = invoke(command, job.target, *extra, "--app", "orderz", "--json")
+    assert code == EXIT_CONFIG, output
+    message = json.loads(output)["message"]
+    assert message.startswith("no writer 'orderz' on ")
+    assert "the target exists" in message
+    assert "Writers found for this target: orders." in message
+    # A mistyped target: exit 3, and nothing is created there.
+    missing = tmp_path / "nowhere" / "orders"
+    code, output = invoke(command, str(missing), *extra, "--app", "orders", "--json")
+    assert code == EXIT_CONFIG, output
+    assert "the target does not exist" in json.loads(output)["message"]
+    assert not missing.parent.exists()
+
+
+def test_version_json() -> None:
+    from importlib import metadata
+
+    code, output = invoke("version", "--json")
+    assert code == 0
+    data = json.loads(output)
+    assert data["deltasink"] == metadata.version("deltasink")
+    assert data["deltalake"] == metadata.version("deltalake")
+    assert data["python"] == ".".join(map(str, sys.version_info[:3]))
+    code, output = invoke("version")
+    assert (code, output.strip()) == (0, data["deltasink"])
+
+
 def test_commit_failure_exit_code(job: DeltaSink) -> None:
     # Another tool changed the target's column type: the pending versions no longer fit.
     shutil.rmtree(job.target)
@@ -153,7 +186,7 @@ def test_quarantined_versions_in_status_and_recover(target: str) -> None:
     sink.pre_commit(pa.table({"id": [3], "value": ["c"]}), 2)
     assert sink.commit(2).quarantined_versions == [1]
     code, output = invoke("status", target, "--app", "wap", "--json")
-    assert code == 0
+    assert code == EXIT_QUARANTINED  # the status is printed, and the exit code says so
     data = json.loads(output)
     assert data["pending_versions"] == [1, 2]
     assert data["quarantined"] == [
@@ -164,6 +197,7 @@ def test_quarantined_versions_in_status_and_recover(target: str) -> None:
         }
     ]
     code, output = invoke("status", target, "--app", "wap")
+    assert code == EXIT_QUARANTINED
     assert "quarantined" in output
     assert "row_count_betw" in output  # the reason (wrapped by the 80-column table)
     code, output = invoke("recover", target, "--app", "wap", "--json")
