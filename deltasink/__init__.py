@@ -32,12 +32,14 @@ from deltasink.errors import (
     SchemaMismatchError,
     StagingOwnershipError,
     StorageError,
+    TableDefinitionError,
     UnverifiableChecksError,
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.history import HistoryEntry
 from deltasink.sink import DeltaSink, SinkStatus
 from deltasink.spec import MergeSpec
+from deltasink.table import TableSpec
 
 __all__ = [
     "AlreadyCommittedError",
@@ -67,6 +69,8 @@ __all__ = [
     "StagedVersion",
     "StagingOwnershipError",
     "StorageError",
+    "TableDefinitionError",
+    "TableSpec",
     "UnverifiableChecksError",
     "__version__",
     "checks",

@@ -46,6 +46,7 @@ __all__ = [
     "SchemaMismatchError",
     "StagingOwnershipError",
     "StorageError",
+    "TableDefinitionError",
     "UnverifiableChecksError",
 ]
 
@@ -102,6 +103,12 @@ class ConfigurationError(DeltaSinkError):
 
 class NotADeltaTableError(ConfigurationError):
     """The target location exists but is not a Delta table."""
+
+
+class TableDefinitionError(ConfigurationError):
+    """The target's definition (partitioning, clustering, properties, comment)
+    contradicts the sink's :class:`~deltasink.table.TableSpec`, or the batch that would
+    create the target lacks a column the spec names. Raised before anything is written."""
 
 
 class StagingOwnershipError(ConfigurationError):

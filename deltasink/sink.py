@@ -27,6 +27,7 @@ from deltasink.protocol import (
 )
 from deltasink.spec import MergeSpec
 from deltasink.status import SinkStatus
+from deltasink.table import TableSpec
 
 __all__ = ["DeltaSink", "SinkStatus", "default_staging"]
 
@@ -86,6 +87,10 @@ class DeltaSink:
         post_commit: Hooks run after each call that committed something
             (:mod:`deltasink.hooks`): compaction, notifications.
         storage_options: delta-rs storage options for object stores.
+        table: How the target is created on the first publish (partitioning,
+            clustering, properties, comment; :class:`~deltasink.table.TableSpec`). An
+            existing target that contradicts it is refused with
+            :class:`~deltasink.errors.TableDefinitionError` before anything is written.
         clock: Seconds since the epoch (default :func:`time.time`); for tests.
 
     A sink claims a writer *epoch* in the staging table on its first write; if another
@@ -115,6 +120,7 @@ class DeltaSink:
         unverifiable_checks: Literal["refuse", "skip"] = "refuse",
         post_commit: Sequence[PostCommitHook] = (),
         storage_options: Mapping[str, str] | None = None,
+        table: TableSpec | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not isinstance(target, str | os.PathLike):
@@ -127,6 +133,8 @@ class DeltaSink:
             )
         if merge is not None and not isinstance(merge, MergeSpec):
             raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
+        if table is not None and not isinstance(table, TableSpec):
+            raise ConfigurationError(f"table must be a TableSpec or None, got {table!r}.")
         if engine not in get_args(Engine):
             raise ConfigurationError(
                 f"engine must be one of {list(get_args(Engine))}, got {engine!r}."
@@ -174,6 +182,7 @@ class DeltaSink:
                 storage_options=storage_options,
                 checks=checks,
                 unverifiable_checks=unverifiable_checks,
+                table=table,
                 spark=spark,
             ),
         )

@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from deltasink import (
     CommitError,
     DeltaSink,
     InvalidVersionError,
     MergeSpec,
+    TableDefinitionError,
+    TableSpec,
 )
 from deltasink._faults import armed
 from tests import support
@@ -310,6 +313,58 @@ class SinkContract:
         assert harness.marker() == 1
         assert harness.ids() == [1]
         assert sink.status().pending_versions == []
+
+    # -- the target's definition (TableSpec) ----------------------------------------
+
+    def test_table_spec_defines_the_target_it_creates(self, harness: Harness) -> None:
+        spec = TableSpec(
+            partition_by=["value"],
+            properties={"delta.logRetentionDuration": "interval 60 days"},
+            comment="orders, exactly once",
+        )
+        harness.sink(table=spec).write(harness.batch(1, 2), 0)
+        meta = DeltaTable(harness.target).metadata()
+        assert list(meta.partition_columns) == ["value"]
+        assert meta.configuration["delta.logRetentionDuration"] == "interval 60 days"
+        assert meta.description == "orders, exactly once"
+        assert (harness.ids(), harness.marker()) == ([1, 2], 0)
+        harness.sink(table=spec).write(harness.batch(2, 3), 1)  # a later writer agrees
+        assert (harness.ids(), harness.marker()) == ([1, 2, 3], 1)
+        assert list(DeltaTable(harness.target).metadata().partition_columns) == ["value"]
+
+    def test_a_target_contradicting_the_table_spec_is_refused_before_any_write(
+        self, harness: Harness
+    ) -> None:
+        harness.sink().write(harness.batch(1), 0)  # created without a spec
+        before = support.table_version(harness.target)
+        staged = support.log_commits(harness.staging) if support.exists(harness.staging) else {}
+        contradictions = [
+            (TableSpec(partition_by=["value"]), r"partitioned by \[\], the spec says \['value'\]"),
+            (
+                TableSpec(properties={"delta.enableChangeDataFeed": "true"}),
+                r"property delta.enableChangeDataFeed=None, the spec says 'true'",
+            ),
+            (TableSpec(comment="orders"), r"comment None, the spec says 'orders'"),
+        ]
+        for spec, message in contradictions:
+            sink = harness.sink(table=spec)
+            with pytest.raises(TableDefinitionError, match=message):
+                sink.write(harness.batch(2), 1)
+            with pytest.raises(TableDefinitionError):
+                sink.pre_commit(harness.batch(2), 1)
+        assert support.table_version(harness.target) == before
+        after = support.log_commits(harness.staging) if support.exists(harness.staging) else {}
+        assert after.keys() == staged.keys()  # nothing staged either
+        assert (harness.ids(), harness.marker()) == ([1], 0)
+
+    def test_a_first_batch_without_the_partition_column_creates_nothing(
+        self, harness: Harness
+    ) -> None:
+        sink = harness.sink(table=TableSpec(partition_by=["day"]))
+        with pytest.raises(TableDefinitionError, match=r"names \['day'\] but the batch"):
+            sink.write(harness.batch(1), 0)
+        assert not support.exists(harness.target)
+        assert support.staged_versions(sink.staging) == []
 
 
 class Crash(Exception):

@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from deltasink import DeltaSink, FencedError, MergeSpec, checks
+from deltasink import DeltaSink, FencedError, MergeSpec, TableDefinitionError, TableSpec, checks
 from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
@@ -517,6 +517,31 @@ def test_catalog_table_names(delta_spark: Any) -> None:
     assert [h.version for h in s.history()] == [2, 1, 0]
     assert s.status().committed_version == 2
     assert s.status().pending_versions == []
+
+
+def test_table_spec_on_a_catalog_table_with_liquid_clustering(delta_spark: Any) -> None:
+    delta_spark.sql("CREATE SCHEMA IF NOT EXISTS sales")
+    name = "spark_catalog.sales.clustered_orders"
+    spec = TableSpec(
+        cluster_by=["id"],
+        properties={"delta.enableChangeDataFeed": "true"},
+        comment="orders by id",
+    )
+    DeltaSink(name, "clustered", UPSERT, spark=delta_spark, table=spec).write(
+        df(delta_spark, 1, 2), 0
+    )
+    detail = delta_spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]
+    assert list(detail.clusteringColumns) == ["id"]
+    assert detail.properties["delta.enableChangeDataFeed"] == "true"
+    assert detail.description == "orders by id"
+    rows = delta_spark.table(name).orderBy("id").collect()
+    assert [(r.id, r.value) for r in rows] == [(1, "v1"), (2, "v2")]
+    other = DeltaSink(
+        name, "clustered", UPSERT, spark=delta_spark, table=TableSpec(cluster_by=["value"])
+    )
+    with pytest.raises(TableDefinitionError, match=r"clustered by \['id'\], the spec says"):
+        other.write(df(delta_spark, 3), 1)
+    assert delta_spark.table(name).count() == 2
 
 
 #: The oracle property suite on this engine: a bounded profile here (each history runs

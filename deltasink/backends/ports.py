@@ -21,6 +21,7 @@ from deltasink.committables import GcResult
 from deltasink.history import HistoryEntry
 from deltasink.participant import Participant, SupportsFencing
 from deltasink.spec import MergeSpec
+from deltasink.table import TableSpec
 
 __all__ = ["CommitPort", "EngineParts", "MaintenancePort", "SinkConfig"]
 
@@ -76,6 +77,7 @@ class SinkConfig:
     storage_options: Mapping[str, str] | None = None
     checks: Sequence[Check] | None = None
     unverifiable_checks: Literal["refuse", "skip"] = "refuse"
+    table: TableSpec | None = None
     spark: Any = field(default=None, compare=False)
 
 

@@ -37,6 +37,7 @@ def connect(config: SinkConfig) -> EngineParts:
         config.target,
         storage_options=config.storage_options,
         max_attempts=config.max_commit_attempts,
+        table=config.table,
     )
     staging = StagingLog(
         config.staging,

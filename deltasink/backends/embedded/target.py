@@ -16,12 +16,13 @@ from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
-from deltasink.errors import CommitError
+from deltasink.errors import CommitError, ConfigurationError
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
 from deltasink.schema import align_to_target
 from deltasink.spec import MergeSpec
+from deltasink.table import TableDefinition, TableSpec, check_definition
 
 from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
 from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
@@ -35,6 +36,8 @@ class TargetTable:
     Args:
         uri: Location of the target table.
         storage_options: delta-rs storage options.
+        max_attempts: Attempts per commit when concurrent writers conflict.
+        table: The definition the target is created with, and checked against.
     """
 
     def __init__(
@@ -43,9 +46,19 @@ class TargetTable:
         *,
         storage_options: Mapping[str, str] | None = None,
         max_attempts: int = 8,
+        table: TableSpec | None = None,
     ) -> None:
+        if table is not None and table.cluster_by:
+            raise ConfigurationError(
+                "TableSpec(cluster_by=...) needs the spark engine: delta-rs (the embedded "
+                "engine) cannot create liquid-clustered tables. Use partition_by, or "
+                "engine='spark' with a Delta-enabled session.",
+                table=uri,
+            )
         self.uri = uri
         self.max_attempts = max_attempts
+        self.table_spec = table
+        self._definition_checked = False
         self._options = dict(storage_options or {})
         self._table: DeltaTable | None = None
 
@@ -56,6 +69,27 @@ class TargetTable:
             return self._table
         self._table = refresh(self._table, self.uri, self._options)
         return self._table
+
+    def check_definition(self, columns: Sequence[str]) -> None:
+        """Before a writer's first write: the batch has the columns a new target's
+        definition needs, or the existing target agrees with the TableSpec (checked
+        once per writer). Raises :class:`TableDefinitionError`."""
+        spec = self.table_spec
+        if spec is None or self._definition_checked:
+            return
+        table = self.open(fresh=False)
+        if table is None:
+            spec.check_columns(columns, table=self.uri)
+            return
+        meta = table.metadata()
+        found = TableDefinition(
+            partition_by=tuple(meta.partition_columns),
+            cluster_by=None,  # delta-rs does not expose clustering columns
+            properties=dict(meta.configuration),
+            comment=meta.description,
+        )
+        check_definition(spec, found, table=self.uri)
+        self._definition_checked = True
 
     def committed_version(self, app_id: str) -> int | None:
         """The target's ``txn`` version for ``app_id`` (``None`` if never committed)."""
@@ -284,8 +318,16 @@ class TargetTable:
             max_commit_retries=0,
         )
         try:
+            spec = self.table_spec
             write_deltalake(
-                self.uri, rows, mode="error", commit_properties=once, storage_options=self._options
+                self.uri,
+                rows,
+                mode="error",
+                partition_by=list(spec.partition_by) if spec and spec.partition_by else None,
+                configuration=dict(spec.properties) if spec and spec.properties else None,
+                description=spec.comment if spec else None,
+                commit_properties=once,
+                storage_options=self._options,
             )
         except CommitFailedError:
             return None

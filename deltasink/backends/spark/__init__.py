@@ -78,5 +78,6 @@ def connect(config: SinkConfig) -> EngineParts:
         max_attempts=config.max_commit_attempts,
         storage_options=config.storage_options,
         checks=config.checks or (),
+        table=config.table,
     )
     return EngineParts(commit, commit.maintenance())

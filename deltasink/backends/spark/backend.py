@@ -19,6 +19,7 @@ from deltasink.layout import PROP_SPEC
 from deltasink.participant import DiscardReason
 from deltasink.protocol import CommitResult, LogState, StagedVersion
 from deltasink.spec import MergeSpec
+from deltasink.table import TableSpec
 
 from .fencing import Fence
 from .logs import LogReader, SparkLogs
@@ -54,6 +55,7 @@ class SparkBackend:
             (default, :attr:`default_log_reader`): delta-rs for local paths (except
             on Databricks, where a bare path means DBFS) and for remote paths when
             ``storage_options`` are given, Spark otherwise.
+        table: The target's definition (:class:`~deltasink.table.TableSpec`).
     """
 
     name = "spark"
@@ -74,6 +76,7 @@ class SparkBackend:
         storage_options: Mapping[str, str] | None = None,
         checks: Sequence[Check] = (),
         log_reader: LogReader | None = None,
+        table: TableSpec | None = None,
     ) -> None:
         self.target = target
         self.staging = staging
@@ -96,7 +99,7 @@ class SparkBackend:
         self._fence = Fence(self._sql, self._logs, self.tables)
         self._staging_writer = StagingWriter(self._sql, self._logs, self._fence, self.tables)
         self._target_writer = TargetWriter(
-            self._sql, self._logs, self._fence, self.tables, max_attempts=max_attempts
+            self._sql, self._logs, self._fence, self.tables, max_attempts=max_attempts, table=table
         )
 
     def maintenance(self) -> SparkMaintenance:
@@ -156,6 +159,7 @@ class SparkBackend:
         prepared = prepare_frame(
             require_dataframe(df), spec, self._logs.target_frame(), table=self.target
         )
+        self._target_writer.check_definition(prepared.columns)
         _faults.point("stage.before_write")
         return prepared
 

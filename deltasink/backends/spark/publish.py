@@ -23,8 +23,10 @@ from deltasink.merge import compile_merge, key_ranges
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
 from deltasink.spec import MergeSpec
+from deltasink.table import TableSpec, check_definition
 
 from .conf import delta_txn
+from .definition import create_target, read_definition
 from .errors import is_conflict
 from .fencing import Fence
 from .logs import SparkLogs
@@ -174,16 +176,40 @@ class TargetWriter:
         fence: The writer's epoch, checked before each attempt.
         tables: The writer's tables.
         max_attempts: Attempts per commit when concurrent writers conflict.
+        table: The definition the target is created with, and checked against.
     """
 
     def __init__(
-        self, sql: SparkSql, logs: SparkLogs, fence: Fence, tables: Tables, *, max_attempts: int
+        self,
+        sql: SparkSql,
+        logs: SparkLogs,
+        fence: Fence,
+        tables: Tables,
+        *,
+        max_attempts: int,
+        table: TableSpec | None = None,
     ) -> None:
         self._sql = sql
         self._logs = logs
         self._fence = fence
         self.tables = tables
         self.max_attempts = max_attempts
+        self.table_spec = table
+        self._definition_checked = False
+
+    def check_definition(self, columns: Sequence[str]) -> None:
+        """Before a writer's first write: the batch has the columns a new target's
+        definition needs, or the existing target agrees with the TableSpec (checked
+        once per writer). Raises :class:`~deltasink.errors.TableDefinitionError`."""
+        spec = self.table_spec
+        if spec is None or self._definition_checked:
+            return
+        if not self._logs.target_exists():
+            spec.check_columns(columns, table=self.tables.target)
+            return
+        found = read_definition(self._sql, self.tables.target_ref)
+        check_definition(spec, found, table=self.tables.target)
+        self._definition_checked = True
 
     def apply(
         self, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec, rows: int
@@ -245,6 +271,8 @@ class TargetWriter:
             if spec.delete_when:
                 frame = frame.where(f"NOT {quote(DELETE_COLUMN)}").drop(DELETE_COLUMN)
             options = {"mergeSchema": "true"} if spec.schema_evolution else {}
+            if target is None and self.table_spec is not None:
+                create_target(self._sql, t, frame.schema, self.table_spec)
             if target is not None:  # every target column, NULL where the batch has none
                 select = fill_select(target.schema.fields, frame.columns)
                 select += [quote(c) for c in frame.columns if c not in set(target.columns)]

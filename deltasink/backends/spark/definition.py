@@ -1,0 +1,49 @@
+"""The target's definition on Spark: created by DDL from a :class:`TableSpec`, read
+back with ``DESCRIBE DETAIL`` to check an existing target against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deltasink.batch import quote
+from deltasink.history import user_metadata
+from deltasink.table import TableDefinition, TableSpec
+
+from .session import SparkSql
+from .tables import Tables, ddl_columns, props_sql, sql_string
+
+__all__ = ["create_target", "read_definition"]
+
+
+def read_definition(sql: SparkSql, ref: str) -> TableDefinition:
+    """The definition of the existing table ``ref`` (``DESCRIBE DETAIL``); clustering
+    columns are ``None`` where Delta does not report them (before Delta 3.1)."""
+    row = sql.sql(f"DESCRIBE DETAIL {ref}", user_metadata=None)[0].asDict(recursive=True)
+    clustering = row.get("clusteringColumns") if "clusteringColumns" in row else None
+    return TableDefinition(
+        partition_by=tuple(row.get("partitionColumns") or ()),
+        cluster_by=None if clustering is None else tuple(clustering),
+        properties=dict(row.get("properties") or {}),
+        comment=row.get("description"),
+    )
+
+
+def create_target(sql: SparkSql, tables: Tables, schema: Any, spec: TableSpec) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` the target with ``schema`` and the spec's
+    partitioning or clustering, properties and comment: a commit without data (the
+    rows follow in the marked commit; a crash between leaves an empty target, which
+    the retried publish MERGEs into)."""
+    clauses = ["USING DELTA"]
+    if spec.partition_by:
+        clauses.append(f"PARTITIONED BY ({', '.join(quote(c) for c in spec.partition_by)})")
+    if spec.cluster_by:
+        clauses.append(f"CLUSTER BY ({', '.join(quote(c) for c in spec.cluster_by)})")
+    if spec.comment is not None:
+        clauses.append(f"COMMENT {sql_string(spec.comment)}")
+    if spec.properties:
+        clauses.append(f"TBLPROPERTIES ({props_sql(spec.properties)})")
+    sql.sql(
+        f"CREATE TABLE IF NOT EXISTS {tables.target_ref} ({ddl_columns(schema)}) "
+        + " ".join(clauses),
+        user_metadata=user_metadata("create", tables.app_id, None),
+    )

@@ -1,0 +1,77 @@
+"""``TableSpec``: its validation, and what the embedded engine refuses up front.
+(Creating and checking targets with it is part of the contract suite, both engines.)"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from deltasink import ConfigurationError, DeltaSink, MergeSpec, TableDefinitionError, TableSpec
+from deltasink.table import TableDefinition, check_definition
+from tests import support
+
+
+def test_columns_become_tuples_and_properties_read_only() -> None:
+    spec = TableSpec(partition_by="day", properties={"delta.appendOnly": "false"})
+    assert spec.partition_by == ("day",)
+    assert spec.columns == ("day",)
+    with pytest.raises(TypeError):
+        spec.properties["x"] = "y"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"partition_by": ["day"], "cluster_by": ["id"]}, "exclude each other"),
+        ({"partition_by": ["day", "DAY"]}, "names a column twice"),
+        ({"partition_by": [""]}, "must be column names"),
+        ({"cluster_by": [1]}, "must be column names"),
+        ({"properties": {"delta.appendOnly": True}}, "string values"),
+        ({"comment": 3}, "must be a string"),
+    ],
+)
+def test_an_invalid_spec_is_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        TableSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_every_contradiction_is_listed_and_unnamed_properties_are_ignored() -> None:
+    spec = TableSpec(partition_by=["Day"], properties={"a": "TRUE"}, comment="c")
+    same = TableDefinition(("day",), None, {"a": "true", "other": "x"}, "c")
+    check_definition(spec, same, table="t")  # case-insensitive names and values
+    found = TableDefinition((), ("id",), {}, None)
+    with pytest.raises(TableDefinitionError) as raised:
+        check_definition(spec, found, table="t")
+    message = str(raised.value)
+    for part in (
+        "partitioned by [], the spec says ['Day']",
+        "clustered by ['id'], the spec says []",
+        "property a=None, the spec says 'TRUE'",
+        "comment None, the spec says 'c'",
+    ):
+        assert part in message
+    assert raised.value.table == "t"
+
+
+def test_the_embedded_engine_refuses_liquid_clustering_before_anything_is_written(
+    target: str,
+) -> None:
+    with pytest.raises(ConfigurationError, match="needs the spark engine"):
+        DeltaSink(target, "orders", MergeSpec(keys=["id"]), table=TableSpec(cluster_by=["id"]))
+    assert not support.exists(target)
+
+
+def test_a_partitioned_target_with_upserts_and_deletes(target: str) -> None:
+    def batch(ids: list[int], days: list[str], ops: list[str]) -> pa.Table:
+        return pa.table({"id": ids, "day": days, "op": ops})
+
+    merge = MergeSpec(keys=["id"], delete_when="op = 'D'")
+    sink = DeltaSink(target, "orders", merge, table=TableSpec(partition_by=["day"]))
+    sink.write(batch([1, 2, 3], ["d1", "d1", "d2"], ["U", "U", "U"]), 0)
+    sink.write(batch([2, 3, 4], ["d1", "d2", "d3"], ["D", "U", "U"]), 1)
+    table = DeltaTable(target)
+    assert list(table.metadata().partition_columns) == ["day"]
+    assert table.transaction_version("orders") == 1
+    assert [(r["id"], r["day"]) for r in support.rows(target)] == [(1, "d1"), (3, "d2"), (4, "d3")]
+    assert sorted({p["day"] for p in table.partitions()}) == ["d1", "d2", "d3"]
