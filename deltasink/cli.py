@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -99,6 +100,11 @@ def _sink(
         staging=staging,
         unverifiable_checks="skip" if skip_unverifiable else "refuse",
     )
+
+
+def _interactive() -> bool:
+    """Whether a person can answer a question (stdin is a terminal)."""
+    return sys.stdin.isatty()
 
 
 def _known(target: str, app_id: str, staging: str | None, **options: bool) -> DeltaSink:
@@ -192,15 +198,33 @@ def recover(
             "cannot run (the recorded built-in checks still run).",
         ),
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Do not ask before taking the writer role (asked only on a terminal).",
+        ),
+    ] = False,
 ) -> None:
     """Commit every staged, uncommitted version of a writer, in order.
 
     Runs the job's recorded pre-commit checks first (a failing version is quarantined,
     exit 6); refuses (exit 5) when they include callables it cannot run. Claims the
-    writer role: a job still running with the same app_id is fenced.
+    writer role: a job still running with the same app_id is fenced (its next write
+    raises FencedError), so on a terminal it asks first unless --yes is given.
     """
     with _errors(as_json):
         sink = _known(target, app_id, staging, skip_unverifiable=skip_unverifiable_checks)
+        if not yes and _interactive():
+            err.print(
+                f"recover takes the writer role of app [bold]{sink.app_id}[/] on "
+                f"{sink.target}: a job still running with this app id is fenced (its "
+                "next write raises FencedError and it must be restarted)."
+            )
+            if not typer.confirm("Continue?", default=False, err=True):
+                err.print("nothing done")
+                raise typer.Exit(EXIT_ERROR)
         pending = sink.status().pending_versions
         if as_json or not pending:
             report = sink.recover()

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pytest
 from typer.testing import CliRunner
 
-from deltasink import DeltaSink, FencedError, MergeSpec
+from deltasink import DeltaSink, FencedError, MergeSpec, cli
 from deltasink.cli import EXIT_COMMIT, EXIT_CONFIG, EXIT_QUARANTINED, EXIT_REFUSED, app
 from tests import support
 
@@ -285,3 +285,23 @@ def test_the_recorded_checks_round_trip() -> None:
     built, opaque = checks.decode(checks.encode([*jobs, len]))
     assert built == tuple(jobs)
     assert opaque == ("len",)
+
+
+def test_recover_asks_before_fencing_a_live_writer_on_a_terminal(
+    job: DeltaSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "_interactive", lambda: True)
+    result = runner.invoke(app, ["recover", job.target, "--app", "orders"], input="n\n")
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "a job still running with this app id is fenced" in said
+    assert said.endswith("Continue? [y/N]: n nothing done")
+    assert job.status().pending_versions == [1, 2]  # nothing recovered, nobody fenced
+    job.pre_commit(pa.table({"id": [6], "value": ["f"]}), 3)
+    result = runner.invoke(app, ["recover", job.target, "--app", "orders"], input="y\n")
+    assert result.exit_code == 0
+    assert support.marker(job.target, "orders") == 3
+    with pytest.raises(FencedError):
+        job.pre_commit(pa.table({"id": [9], "value": ["z"]}), 5)
+    code, _ = invoke("recover", job.target, "--app", "orders", "--yes")  # never asks
+    assert code == 0
