@@ -33,6 +33,7 @@ from deltasink.errors import (
     StagingOwnershipError,
     StorageError,
     TableDefinitionError,
+    UnsupportedTableFeatureError,
     UnverifiableChecksError,
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
@@ -71,6 +72,7 @@ __all__ = [
     "StorageError",
     "TableDefinitionError",
     "TableSpec",
+    "UnsupportedTableFeatureError",
     "UnverifiableChecksError",
     "__version__",
     "checks",

@@ -47,6 +47,7 @@ __all__ = [
     "StagingOwnershipError",
     "StorageError",
     "TableDefinitionError",
+    "UnsupportedTableFeatureError",
     "UnverifiableChecksError",
 ]
 
@@ -109,6 +110,20 @@ class TableDefinitionError(ConfigurationError):
     """The target's definition (partitioning, clustering, properties, comment)
     contradicts the sink's :class:`~deltasink.table.TableSpec`, or the batch that would
     create the target lacks a column the spec names. Raised before anything is written."""
+
+
+class UnsupportedTableFeatureError(ConfigurationError):
+    """The target uses a Delta table feature the chosen engine cannot write (e.g.
+    identity columns, row tracking or liquid clustering on the embedded engine).
+    Raised before anything is written.
+
+    Attributes:
+        features: The features in question.
+    """
+
+    def __init__(self, message: str, *, table: str | None = None, features: list[str]) -> None:
+        super().__init__(message, table=table)
+        self.features = features
 
 
 class StagingOwnershipError(ConfigurationError):

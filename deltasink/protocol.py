@@ -334,7 +334,7 @@ class TwoPhaseCommit(Generic[B]):
                 self._clean(state, committed, results)
                 raise CommitError(
                     f"committing version {staged.version} of app {self.app_id!r} failed: "
-                    f"{exc}. Committed before it: {report.committed_versions or 'none'}; "
+                    f"{str(exc).rstrip('.')}. Committed before it: {report.committed_versions or 'none'}; "
                     f"version {staged.version} and later stay staged. Fix the cause and "
                     "run recover() (or `deltasink recover`).",
                     report=report,

@@ -32,7 +32,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from deltasink import DeltaSink, FencedError, MergeSpec, TableDefinitionError, TableSpec, checks
+from deltasink import (
+    DeltaSink,
+    FencedError,
+    MergeSpec,
+    TableDefinitionError,
+    TableSpec,
+    UnsupportedTableFeatureError,
+    checks,
+)
 from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
@@ -542,6 +550,24 @@ def test_table_spec_on_a_catalog_table_with_liquid_clustering(delta_spark: Any) 
     with pytest.raises(TableDefinitionError, match=r"clustered by \['id'\], the spec says"):
         other.write(df(delta_spark, 3), 1)
     assert delta_spark.table(name).count() == 2
+
+
+def test_a_target_the_embedded_engine_cannot_write_goes_to_the_spark_engine(
+    delta_spark: Any, target: str
+) -> None:
+    delta_spark.sql(
+        f"CREATE TABLE delta.`{target}` (id BIGINT, value STRING) USING DELTA "
+        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
+    )
+    delta_spark.sql(f"INSERT INTO delta.`{target}` VALUES (1, 'a')")
+    embedded = DeltaSink(target, "orders", UPSERT, engine="embedded")
+    with pytest.raises(UnsupportedTableFeatureError, match="rowTracking"):
+        embedded.write(df(delta_spark, 1, 2), 0)
+    assert not support.exists(embedded.staging)
+    DeltaSink(target, "orders", UPSERT, engine="spark", spark=delta_spark).write(
+        df(delta_spark, 1, 2), 0
+    )
+    assert (support.ids(target), support.marker(target, "orders")) == ([1, 2], 0)
 
 
 #: The oracle property suite on this engine: a bounded profile here (each history runs

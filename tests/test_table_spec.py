@@ -1,13 +1,25 @@
-"""``TableSpec``: its validation, and what the embedded engine refuses up front.
+"""``TableSpec``: its validation, and what the embedded engine refuses up front (liquid
+clustering, and targets with table features delta-rs cannot write).
 (Creating and checking targets with it is part of the contract suite, both engines.)"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
-from deltasink import ConfigurationError, DeltaSink, MergeSpec, TableDefinitionError, TableSpec
+from deltasink import (
+    CommitError,
+    ConfigurationError,
+    DeltaSink,
+    MergeSpec,
+    TableDefinitionError,
+    TableSpec,
+    UnsupportedTableFeatureError,
+)
 from deltasink.table import TableDefinition, check_definition
 from tests import support
 
@@ -75,3 +87,51 @@ def test_a_partitioned_target_with_upserts_and_deletes(target: str) -> None:
     assert table.transaction_version("orders") == 1
     assert [(r["id"], r["day"]) for r in support.rows(target)] == [(1, "d1"), (3, "d2"), (4, "d3")]
     assert sorted({p["day"] for p in table.partitions()}) == ["d1", "d2", "d3"]
+
+
+# -- table features the embedded engine cannot write -----------------------------------
+
+
+def add_writer_features(uri: str, features: list[str]) -> None:
+    """Commit a protocol upgrade to ``features``, as another engine would."""
+    log = Path(uri, "_delta_log")
+    version = max(int(p.stem) for p in log.glob("*.json")) + 1
+    protocol = {
+        "minReaderVersion": 1,
+        "minWriterVersion": 7,
+        "writerFeatures": ["appendOnly", "invariants", *features],
+    }
+    (log / f"{version:020d}.json").write_text(json.dumps({"protocol": protocol}) + "\n")
+
+
+@pytest.mark.parametrize(
+    "features", [["identityColumns"], ["domainMetadata", "rowTracking"], ["clustering"]]
+)
+def test_a_target_with_a_feature_delta_rs_cannot_write_is_refused_before_anything_is_written(
+    target: str, features: list[str]
+) -> None:
+    write_deltalake(target, pa.table({"id": [1], "value": ["a"]}))
+    add_writer_features(target, features)
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    for call in (sink.write, sink.pre_commit):
+        with pytest.raises(UnsupportedTableFeatureError, match="engine='spark'") as raised:
+            call(pa.table({"id": [1, 2], "value": ["A", "b"]}), 0)
+        assert raised.value.features == sorted(features)
+    assert support.table_version(target) == 1
+    assert not support.exists(sink.staging)
+    assert support.ids(target) == [1]
+
+
+def test_a_feature_added_after_staging_fails_the_publish_at_once_and_keeps_the_version(
+    target: str,
+) -> None:
+    sink = DeltaSink(target, "orders", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "value": ["a"]}), 0)
+    sink.pre_commit(pa.table({"id": [2], "value": ["b"]}), 1)
+    add_writer_features(target, ["identityColumns"])
+    with pytest.raises(CommitError, match=r"\['identityColumns'\]") as raised:
+        sink.commit(1)  # at once, not retried as a conflict: delta-rs refuses every attempt
+    assert isinstance(raised.value.__cause__, UnsupportedTableFeatureError)
+    assert "written.. " not in str(raised.value)
+    assert sink.status().pending_versions == [1]
+    assert (support.ids(target), support.marker(target, "orders")) == ([1], 0)

@@ -176,7 +176,7 @@ class EmbeddedBackend:
                 version=version,
             )
         data = self._prepare(batch, spec)
-        self.target.check_definition(data.column_names)
+        self.target.check_writable(data.column_names)
         return Prepared(version, data.num_rows, data)
 
     def _claim_for(self, prepared: Prepared) -> int:

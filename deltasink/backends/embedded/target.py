@@ -25,6 +25,7 @@ from deltasink.spec import MergeSpec
 from deltasink.table import TableDefinition, TableSpec, check_definition
 
 from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
+from .features import refuse_unwritable
 from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
 
 __all__ = ["TargetTable"]
@@ -70,16 +71,22 @@ class TargetTable:
         self._table = refresh(self._table, self.uri, self._options)
         return self._table
 
-    def check_definition(self, columns: Sequence[str]) -> None:
-        """Before a writer's first write: the batch has the columns a new target's
-        definition needs, or the existing target agrees with the TableSpec (checked
-        once per writer). Raises :class:`TableDefinitionError`."""
-        spec = self.table_spec
-        if spec is None or self._definition_checked:
+    def check_writable(self, columns: Sequence[str]) -> None:
+        """Before a writer's first write (checked once per writer): the existing target
+        uses no table feature delta-rs cannot write (:class:`UnsupportedTableFeatureError`)
+        and agrees with the TableSpec, or the batch has the columns a new target's
+        definition needs (:class:`TableDefinitionError`)."""
+        if self._definition_checked:
             return
+        spec = self.table_spec
         table = self.open(fresh=False)
         if table is None:
-            spec.check_columns(columns, table=self.uri)
+            if spec is not None:
+                spec.check_columns(columns, table=self.uri)
+            return
+        refuse_unwritable(table, self.uri)
+        if spec is None:
+            self._definition_checked = True
             return
         meta = table.metadata()
         found = TableDefinition(
@@ -178,6 +185,7 @@ class TargetTable:
                 return self._result(version, data, created, start, inserted=created[1])
             table = self.open()
             assert table is not None
+        refuse_unwritable(table, self.uri)  # not a conflict to retry: delta-rs would fail
         marker = table.transaction_version(app_id)
         if marker is not None and marker >= version:
             return CommitResult(version, "already_committed", rows=data.num_rows)
