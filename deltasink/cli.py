@@ -64,6 +64,15 @@ StagingOpt = Annotated[
     typer.Option("--staging", help="Staging table location (default: next to the target)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+StorageOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--storage-option",
+        "-o",
+        help="A delta-rs storage option KEY=VALUE for object stores (repeatable), e.g. "
+        "-o AWS_REGION=eu-west-1. Credentials are better left in the environment.",
+    ),
+]
 
 
 @contextmanager
@@ -90,8 +99,28 @@ def _errors(as_json: bool) -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
+def _storage_options(pairs: list[str] | None) -> dict[str, str] | None:
+    """``KEY=VALUE`` pairs as a dict (``None`` when none were given)."""
+    if not pairs:
+        return None
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(
+                f"expected KEY=VALUE, got {pair!r}", param_hint="--storage-option"
+            )
+        options[key.strip()] = value
+    return options
+
+
 def _sink(
-    target: str, app_id: str, staging: str | None, *, skip_unverifiable: bool = False
+    target: str,
+    app_id: str,
+    staging: str | None,
+    storage: list[str] | None = None,
+    *,
+    skip_unverifiable: bool = False,
 ) -> DeltaSink:
     return DeltaSink(
         target=target,
@@ -99,6 +128,7 @@ def _sink(
         merge=None,
         staging=staging,
         unverifiable_checks="skip" if skip_unverifiable else "refuse",
+        storage_options=_storage_options(storage),
     )
 
 
@@ -107,7 +137,13 @@ def _interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def _known(target: str, app_id: str, staging: str | None, **options: bool) -> DeltaSink:
+def _known(
+    target: str,
+    app_id: str,
+    staging: str | None,
+    storage: list[str] | None = None,
+    **options: bool,
+) -> DeltaSink:
     """The sink of a writer that exists: its target holds its ``txn`` marker or its
     staging table exists.
 
@@ -115,7 +151,7 @@ def _known(target: str, app_id: str, staging: str | None, **options: bool) -> De
         ConfigurationError: Neither does (a mistyped path or app id must not read as
             "nothing pending").
     """
-    sink = _sink(target, app_id, staging, **options)
+    sink = _sink(target, app_id, staging, storage, **options)
     st = sink.status()
     if st.committed_version is not None or st.merge is not None:
         return sink
@@ -154,6 +190,7 @@ def status(
         typer.Option("--app", "-a", help="The writer's app_id (default: every app found)."),
     ] = None,
     staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the committed version and the pending versions of a writer.
@@ -169,7 +206,7 @@ def status(
                 table=target,
             )
         now = datetime.now(timezone.utc)
-        statuses = [_known(target, a, staging).status() for a in apps]
+        statuses = [_known(target, a, staging, storage_option).status() for a in apps]
     if as_json:
         payload: Any = [s.to_dict(now=now) for s in statuses]
         out.print_json(json.dumps(payload if app_id is None else payload[0]))
@@ -189,6 +226,7 @@ def recover(
     target: Target,
     app_id: AppOpt,
     staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
     as_json: JsonOpt = False,
     skip_unverifiable_checks: Annotated[
         bool,
@@ -215,7 +253,9 @@ def recover(
     raises FencedError), so on a terminal it asks first unless --yes is given.
     """
     with _errors(as_json):
-        sink = _known(target, app_id, staging, skip_unverifiable=skip_unverifiable_checks)
+        sink = _known(
+            target, app_id, staging, storage_option, skip_unverifiable=skip_unverifiable_checks
+        )
         if not yes and _interactive():
             err.print(
                 f"recover takes the writer role of app [bold]{sink.app_id}[/] on "
@@ -253,11 +293,12 @@ def abort(
     versions: Annotated[list[int], typer.Argument(help="Staged versions to drop.")],
     app_id: AppOpt,
     staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Drop staged, uncommitted versions without committing them."""
     with _errors(as_json):
-        sink = _known(target, app_id, staging)
+        sink = _known(target, app_id, staging, storage_option)
         dropped = {v: sink.abort(v) for v in versions}
     if as_json:
         out.print_json(
@@ -280,6 +321,7 @@ def history(
     target: Target,
     app_id: AppOpt,
     staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", help="Read at most N recent target commits.")
     ] = None,
@@ -287,7 +329,7 @@ def history(
 ) -> None:
     """List a writer's commits to the target (version → target Delta version)."""
     with _errors(as_json):
-        entries = _known(target, app_id, staging).history(limit)
+        entries = _known(target, app_id, staging, storage_option).history(limit)
     if as_json:
         out.print_json(json.dumps([e.to_dict() for e in entries]))
         return
@@ -324,6 +366,7 @@ def gc(
     target: Target,
     app_id: AppOpt,
     staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
     retention_hours: Annotated[
         float, typer.Option("--retention-hours", help="Keep unreferenced files this long.")
     ] = 168.0,
@@ -332,7 +375,7 @@ def gc(
 ) -> None:
     """Expire staging files nothing needs any more; compact the staging log."""
     with _errors(as_json):
-        sink = _known(target, app_id, staging)
+        sink = _known(target, app_id, staging, storage_option)
         if as_json:
             result = sink.gc(retention_hours * 3600, dry_run=dry_run)
         else:

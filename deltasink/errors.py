@@ -22,7 +22,9 @@ what the caller should do next::
     ├── FencedError                another live writer with the same app_id took over;
     │                              stop this one
     └── StorageError               a table's storage or Delta log is unusable (unreadable,
-                                   corrupt, not writable); nothing committed is lost
+        │                          corrupt, not writable); nothing committed is lost
+        └── StorageAccessError     the storage refused the credentials or permissions;
+                                   the table is not damaged
 
 Errors carry the context they are about as attributes (``table``, ``app_id``,
 ``version``, ``column``) so that callers can branch without parsing messages.
@@ -45,6 +47,7 @@ __all__ = [
     "NotADeltaTableError",
     "SchemaMismatchError",
     "StagingOwnershipError",
+    "StorageAccessError",
     "StorageError",
     "TableDefinitionError",
     "UnsupportedTableFeatureError",
@@ -243,3 +246,9 @@ class StorageError(DeltaSinkError):
     Nothing committed is lost; a person must repair the storage (restore the
     ``_delta_log`` from a backup, fix permissions or paths). ``table`` names it.
     """
+
+
+class StorageAccessError(StorageError):
+    """The storage refused deltasink's credentials or permissions for a table (an
+    object store's 401/403, a denied path). The table is not damaged: fix the
+    credentials or grants and run again."""

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal, get_args
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, get_args
 
 from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
 from deltasink.committables import GcResult
 from deltasink.errors import ConfigurationError, InvalidVersionError
+from deltasink.failures import storage_failure
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri
@@ -32,6 +34,26 @@ from deltasink.table import TableSpec
 __all__ = ["DeltaSink", "SinkStatus", "default_staging"]
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _named_storage_errors(
+    method: Callable[Concatenate[DeltaSink, _P], _R],
+) -> Callable[Concatenate[DeltaSink, _P], _R]:
+    """A storage failure an engine reports as a bare ``OSError`` (delta-rs, for
+    object stores) leaves the facade as a :class:`~deltasink.errors.StorageError` or
+    :class:`~deltasink.errors.StorageAccessError` naming the target."""
+
+    @functools.wraps(method)
+    def wrapper(self: DeltaSink, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise storage_failure(exc, self.target) from exc
+
+    return wrapper
 
 
 class DeltaSink:
@@ -204,6 +226,7 @@ class DeltaSink:
         """The backend doing the Delta writes."""
         return self._backend.name
 
+    @_named_storage_errors
     def pre_commit(self, df: object, version: int) -> Committable:
         """Phase one: durably stage ``df`` as ``version``.
 
@@ -223,6 +246,7 @@ class DeltaSink:
         """
         return self._core.pre_commit(df, version)
 
+    @_named_storage_errors
     def commit(self, version: int, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: commit every staged version ≤ ``version``, in ascending order.
 
@@ -244,6 +268,7 @@ class DeltaSink:
         """
         return self._after(self._core.commit(version, progress=progress))
 
+    @_named_storage_errors
     def write(self, df: object, version: int) -> CommitReport:
         """Both phases for one batch, for a caller that acknowledges its source only
         after this returns (``foreach_batch``, a batch job's run).
@@ -274,6 +299,7 @@ class DeltaSink:
             run_hooks(self._post_commit, PostCommit(report=report, sink=self))
         return report
 
+    @_named_storage_errors
     def foreach_batch(self, df: object, batch_id: int) -> None:
         """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
 
@@ -297,6 +323,7 @@ class DeltaSink:
             )
         self.write(df, batch_id)
 
+    @_named_storage_errors
     def abort(self, version: int) -> bool:
         """Drop staged, uncommitted ``version``; ``False`` if it was not staged.
 
@@ -305,6 +332,7 @@ class DeltaSink:
         """
         return self._core.abort(version)
 
+    @_named_storage_errors
     def recover(self, *, progress: Progress | None = None) -> CommitReport:
         """Commit every staged, uncommitted version, in order (run at start-up).
 
@@ -317,6 +345,7 @@ class DeltaSink:
         """
         return self._after(self._core.recover(progress=progress))
 
+    @_named_storage_errors
     def status(self) -> SinkStatus:
         """The committed version and the pending versions, from the Delta logs."""
         state = self._core.state()
@@ -335,6 +364,7 @@ class DeltaSink:
             quarantined=dict(state.quarantined),
         )
 
+    @_named_storage_errors
     def gc(
         self, retention: timedelta | float = timedelta(days=7), *, dry_run: bool = False
     ) -> GcResult:
@@ -355,10 +385,12 @@ class DeltaSink:
             raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
         return self._maintenance.gc(timedelta(seconds=seconds), dry_run=dry_run)
 
+    @_named_storage_errors
     def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
         """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``)."""
         self._maintenance.optimize(z_order_by)
 
+    @_named_storage_errors
     def commits_since_optimize(self, limit: int = 1000) -> int:
         """This writer's target commits since the target's last OPTIMIZE (up to
         ``limit``), from the Delta history."""
@@ -386,6 +418,7 @@ class DeltaSink:
             session = embedded_spark()
         return session.createDataFrame(ledger_table(self.app_id, self.history(limit)))
 
+    @_named_storage_errors
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """This writer's commits to the target, newest first, from the Delta history.
 

@@ -22,6 +22,7 @@ from deltasink import (
     DeltaSink,
     InvalidVersionError,
     MergeSpec,
+    StorageError,
     TableDefinitionError,
     TableSpec,
 )
@@ -109,9 +110,10 @@ class SinkContract:
         sink.pre_commit(harness.batch(43), 1)
         with (
             armed("stage.after_files", _fail_with(OSError("read-only file system"))),
-            pytest.raises(OSError, match="read-only"),
+            pytest.raises(StorageError, match="read-only") as raised,
         ):
             sink.pre_commit(harness.batch(44), 2)
+        assert isinstance(raised.value.__cause__, OSError)  # the storage's own error
         assert harness.ids() == []  # nothing visible in the target
         assert support.staged_versions(sink.staging) == [0, 1]  # v2 not half-staged
         del sink  # the crash

@@ -12,14 +12,16 @@ turned up were fixed; they stay as regression tests. A case still marked
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from deltasink import (
     MergeSpec,
     NotADeltaTableError,
     SchemaMismatchError,
+    StorageAccessError,
+    StorageError,
 )
 from deltasink._faults import EXIT_CODE, armed
 from tests import support
@@ -97,7 +101,9 @@ def test_staging_not_writable_fails_the_pre_commit_and_stages_nothing(target: st
     sink.write(batch(1), 0)
     blocker = Path(sink.staging, "_deltasink_version=1")
     blocker.write_text("a regular file where the version's directory must go")
-    with pytest.raises(OSError, match=r"(?s)_deltasink_version=1.*(Not a directory|non-directory)"):
+    with pytest.raises(
+        StorageError, match=r"(?s)_deltasink_version=1.*(Not a directory|non-directory)"
+    ):
         sink.pre_commit(batch(2), 1)
     assert support.staged_versions(sink.staging) == []  # nothing half-staged
     assert not any("=1/" in f for f in support.staged_files_on_disk(sink.staging))
@@ -607,3 +613,81 @@ def test_gc_with_zero_retention_spares_a_staging_in_flight(target: str) -> None:
         assert sink.pre_commit(batch(2), 1).state == "staged"
     assert sink.commit(1).committed_versions == [1]
     assert support.ids(target) == [1, 2]
+
+
+# -- object stores that refuse or cannot be reached ------------------------------------
+
+
+class _DenyingStore(http.server.BaseHTTPRequestHandler):
+    """An S3 endpoint that answers every request 403 AccessDenied (a bad credential)."""
+
+    def _deny(self) -> None:
+        body = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+        self.send_response(403)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _deny
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _s3_options(endpoint: str) -> dict[str, str]:
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_REGION": "us-east-1",
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    }
+
+
+@pytest.fixture
+def denying_store() -> Iterator[dict[str, str]]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DenyingStore)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield _s3_options(f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_refused_credential_is_named_as_such_not_as_a_damaged_table(
+    denying_store: dict[str, str],
+) -> None:
+    uri = "s3://bucket/silver/orders"
+    sink = DeltaSink(uri, "orders", MergeSpec(keys=["id"]), storage_options=denying_store)
+    for call in (lambda: sink.write(pa.table({"id": [1]}), 0), sink.status, sink.recover):
+        with pytest.raises(StorageAccessError) as raised:
+            call()
+        message = str(raised.value)
+        assert "refused access" in message
+        assert "credentials and permissions" in message
+        assert "backup" not in message
+        assert "403" in message  # the store's own words are kept
+    from typer.testing import CliRunner
+
+    from deltasink.cli import app
+
+    options = [arg for k, v in denying_store.items() for arg in ("-o", f"{k}={v}")]
+    result = CliRunner().invoke(app, ["status", uri, "--app", "orders", *options])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert said.startswith("StorageAccessError: the storage refused access to " + uri)
+    assert "backup" not in said
+
+
+def test_an_unreachable_store_is_not_called_a_permission_problem() -> None:
+    options = _s3_options("http://127.0.0.1:9") | {"max_retries": "1", "retry_timeout": "2s"}
+    sink = DeltaSink(
+        "s3://bucket/orders", "orders", MergeSpec(keys=["id"]), storage_options=options
+    )
+    with pytest.raises(StorageError) as raised:
+        sink.status()
+    assert not isinstance(raised.value, StorageAccessError)
+    assert "could not be used" in str(raised.value)
+    assert "network" in str(raised.value)

@@ -5,7 +5,6 @@ engine reads path tables' logs with them too)."""
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from deltasink._version import __version__
 from deltasink.errors import NotADeltaTableError, StorageError
+from deltasink.failures import plain, storage_failure
 from deltasink.history import user_metadata
 from deltasink.locations import is_local
 
@@ -28,15 +28,6 @@ __all__ = [
     "post_commit_hooks",
     "refresh",
 ]
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def plain(exc: BaseException) -> str:
-    """An engine error's message without terminal colour codes and backtraces."""
-    text = _ANSI.sub("", str(exc))
-    return text.split("\nStack backtrace:")[0].split("\n\nStack backtrace")[0].strip()
 
 
 def _log_state(uri: str) -> tuple[bool, list[str]]:
@@ -125,6 +116,8 @@ def _open_once(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTabl
                 )
             ) from None
         return None
+    except OSError as exc:  # the object store's words: access, network, outage
+        raise storage_failure(exc, uri) from exc
     except DeltaError as exc:
         raise StorageError(
             f"the Delta log of {uri} cannot be read: {plain(exc)}. Restore its _delta_log "
