@@ -339,6 +339,10 @@ def test_bundle_is_valid_and_matches_the_templates() -> None:
     assert {"dev", "prod"} <= set(bundle["targets"])
     artifact = bundle["artifacts"]["deltasink_wheel"]
     assert (ROOT / artifact["path"] / "pyproject.toml").is_file()
+    assert artifact["build"].startswith("rm -rf dist && ")  # no stale wheel matches *.whl
+    assert bundle["targets"]["prod"]["run_as"] == {
+        "service_principal_name": "${var.service_principal}"
+    }
 
     jobs = bundle["resources"]["jobs"]
     assert set(jobs) == {"orders_stream", "orders_daily", "deltasink_maintenance"}
@@ -368,6 +372,10 @@ def test_bundle_is_valid_and_matches_the_templates() -> None:
             args = load_template(Path(python_file).stem).parse_args(argv)
             assert args.target.startswith("main.sales.")
     assert scripts == {"streaming_upsert_databricks", "daily_batch", "maintenance"}
+    daily = jobs["orders_daily"]
+    assert {p["name"]: p["default"] for p in daily["parameters"]}["app_id"] == "orders-daily"
+    command = daily["tasks"][0]["spark_python_task"]["parameters"]
+    assert command[command.index("--app-id") + 1] == "{{job.parameters.app_id}}"
 
 
 # -- jobs/streaming_upsert_databricks.py on classic PySpark (the one JVM test) -------------
