@@ -56,6 +56,16 @@ def _named_storage_errors(
     return wrapper
 
 
+def _active_spark() -> Any:
+    """The active Spark session (classic or Connect), or ``None``."""
+    try:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.getActiveSession()
+    except Exception:  # pyspark missing or no usable session
+        return None
+
+
 class DeltaSink:
     """Exactly-once, idempotent writes of batches into one Delta table.
 
@@ -407,11 +417,12 @@ class DeltaSink:
         "orders_ledger")``.
 
         Args:
-            spark: The session to build it on (default: the sink's session for the
-                Spark engine, else the embedded engine).
+            spark: The session to build it on (default: the sink's session, else the
+                active one, as on a cluster; the embedded engine only when there is
+                none).
             limit: Read at most this many recent target commits.
         """
-        session = spark or self._spark
+        session = spark or self._spark or _active_spark()
         if session is None:
             from deltasink.backends.embedded import embedded_spark
 

@@ -570,6 +570,18 @@ def test_a_target_the_embedded_engine_cannot_write_goes_to_the_spark_engine(
     assert (support.ids(target), support.marker(target, "orders")) == ([1, 2], 0)
 
 
+def test_the_ledger_uses_the_active_session_and_never_starts_the_embedded_engine(
+    delta_spark: Any, target: str
+) -> None:
+    from deltasink.backends.embedded import session as embedded
+
+    sink(target, delta_spark).write(df(delta_spark, 1), 0)
+    ledger = DeltaSink(target, "app").ledger()  # no spark=: the cluster's session
+    assert ledger.sparkSession is delta_spark
+    assert [(r.app_id, r.version) for r in ledger.collect()] == [("app", 0)]
+    assert embedded._server is None
+
+
 #: The oracle property suite on this engine: a bounded profile here (each history runs
 #: twice, every step several Spark jobs); ``DELTASINK_SPARK_PROPERTY_EXAMPLES=N`` and
 #: ``DELTASINK_SPARK_PROPERTY_SHAPES=all`` for a longer run.
