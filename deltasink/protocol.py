@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from deltasink import _faults
 from deltasink.committables import (
@@ -98,6 +98,9 @@ class TwoPhaseCommit(Generic[B]):
             versions are retried one by one, so a failure still stops at the first
             failing version with the earlier ones committed.
         coalesce_max_rows: Bound on the rows of one coalesced commit (memory).
+        on_stale: A version *below* the committed one (not a replay of the last
+            version, which is normal after a crash): ``"skip"`` it with a warning
+            (default) or ``"raise"`` :class:`AlreadyCommittedError`.
     """
 
     participant: Participant[B]
@@ -106,6 +109,7 @@ class TwoPhaseCommit(Generic[B]):
     clock: Callable[[], float] = time.time
     coalesce: bool = True
     coalesce_max_rows: int = 2_000_000
+    on_stale: Literal["skip", "raise"] = "skip"
 
     def state(self) -> LogState:
         """The writer's durable state (one read of the participant's logs)."""
@@ -122,10 +126,13 @@ class TwoPhaseCommit(Generic[B]):
             InvalidVersionError: ``version`` is invalid or lower than a pending version.
             InvalidInputError: The batch is invalid (raised by the participant before
                 anything is written).
+            AlreadyCommittedError: ``version`` is below the committed version and
+                ``on_stale="raise"``.
         """
         v = check_version(version)
         state = self.participant.read_state()
         if state.is_committed(v):
+            self._stale(v, state.committed_version)
             return Committable(self.app_id, v, 0, None, "already_committed")
         existing = state.find(v)
         if existing is not None:
@@ -145,6 +152,20 @@ class TwoPhaseCommit(Generic[B]):
             )
         staged = self.participant.stage(batch, v)
         return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
+
+    def _stale(self, version: int, committed: int | None) -> None:
+        """The ``on_stale`` policy for a version the target's marker already covers."""
+        if committed is None or version >= committed:
+            return  # a replay of the last committed version: the normal case
+        message = (
+            f"version {version} of app {self.app_id!r} is below the committed version "
+            f"{committed}: an older batch sent again, or versions that went backwards"
+        )
+        if self.on_stale == "raise":
+            raise AlreadyCommittedError(
+                message + "; nothing was written.", app_id=self.app_id, version=version
+            )
+        logger.warning("%s; dropped without writing (on_stale='skip')", message)
 
     def commit(self, up_to: object, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: publish every pending version ≤ ``up_to``, in ascending order.

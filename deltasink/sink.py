@@ -97,6 +97,11 @@ class DeltaSink:
         coalesce: When several versions are pending, commit them in one target commit
             (the marker of the highest version; the same result as committing them one
             by one). Falls back to one by one if that commit fails.
+        on_stale: A ``write``/``pre_commit`` of a version *below* the committed one
+            (an old batch sent again, or versions that went backwards; a replay of the
+            last committed version is normal after a crash and always a silent no-op):
+            ``"skip"`` it, writing nothing, with a warning (default), or ``"raise"``
+            :class:`~deltasink.errors.AlreadyCommittedError`, also writing nothing.
         max_commit_attempts: Attempts per target commit when concurrent writers
             conflict (Delta optimistic concurrency), with jittered backoff.
         engine: Who makes the Delta commits: ``"embedded"`` (delta-rs; any Spark
@@ -145,6 +150,7 @@ class DeltaSink:
         ignore_failures_after_timeout: bool = False,
         timeout_warning_ratio: float | None = None,
         coalesce: bool = True,
+        on_stale: Literal["skip", "raise"] = "skip",
         max_commit_attempts: int = 8,
         engine: Engine = "auto",
         spark: Any = None,
@@ -167,6 +173,8 @@ class DeltaSink:
             raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
         if table is not None and not isinstance(table, TableSpec):
             raise ConfigurationError(f"table must be a TableSpec or None, got {table!r}.")
+        if on_stale not in ("skip", "raise"):
+            raise ConfigurationError(f"on_stale must be 'skip' or 'raise', got {on_stale!r}.")
         if engine not in get_args(Engine):
             raise ConfigurationError(
                 f"engine must be one of {list(get_args(Engine))}, got {engine!r}."
@@ -223,7 +231,12 @@ class DeltaSink:
         self._post_commit = tuple(post_commit)
         self._spark = spark
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
-            self._backend, app_id=app_id, timeouts=timeouts, clock=clock, coalesce=coalesce
+            self._backend,
+            app_id=app_id,
+            timeouts=timeouts,
+            clock=clock,
+            coalesce=coalesce,
+            on_stale=on_stale,
         )
 
     def __repr__(self) -> str:

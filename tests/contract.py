@@ -18,7 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from deltasink import (
+    AlreadyCommittedError,
     CommitError,
+    ConfigurationError,
     DeltaSink,
     InvalidVersionError,
     MergeSpec,
@@ -296,6 +298,36 @@ class SinkContract:
         with pytest.raises(InvalidVersionError, match="goes backwards"):
             sink.pre_commit(harness.batch(2), 3)
         assert support.staged_versions(sink.staging) == [5]
+
+    def test_a_stale_version_is_skipped_with_a_warning_or_refused(
+        self, harness: Harness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        sink = harness.sink()
+        sink.write(harness.batch(1), 0)
+        sink.write(harness.batch(2), 1)
+        delta_version = support.table_version(harness.target)
+        with caplog.at_level(logging.WARNING, "deltasink"):
+            replay = sink.write(harness.batch(2), 1)  # the last one again: normal, silent
+        assert (replay.results, replay.committed_version) == ((), 1)
+        assert [r.getMessage() for r in caplog.records] == []
+        with caplog.at_level(logging.WARNING, "deltasink"):
+            stale = sink.write(harness.batch(9), 0)
+        assert (stale.results, stale.committed_version) == ((), 1)
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 1, warnings
+        assert "version 0" in warnings[0], warnings
+        assert "below the committed version 1" in warnings[0], warnings
+        strict = harness.sink(on_stale="raise")
+        with pytest.raises(AlreadyCommittedError, match="below the committed version 1"):
+            strict.pre_commit(harness.batch(9), 0)
+        with pytest.raises(AlreadyCommittedError, match="nothing was written"):
+            strict.write(harness.batch(9), 0)
+        assert strict.write(harness.batch(2), 1).committed_versions == []  # replay: fine
+        assert harness.ids() == [1, 2]
+        assert support.table_version(harness.target) == delta_version
+        assert support.staged_versions(sink.staging) == []
+        with pytest.raises(ConfigurationError, match="on_stale"):
+            harness.sink(on_stale="ignore")
 
     def test_abort_then_restage(self, harness: Harness) -> None:
         sink = harness.sink()
