@@ -121,6 +121,9 @@ class DeltaSink:
             include plain callables (which only the job can run), ``"refuse"``
             (default: :class:`~deltasink.errors.UnverifiableChecksError`, nothing
             published) or ``"skip"`` them (run the recorded built-ins only).
+        check_samples: Let a failing check quote rows of the batch in its message
+            (kept in the staging table, logged, shown by ``status``). Off by default,
+            since rows may hold personal data: the message then gives counts only.
         post_commit: Hooks run after each call that committed something
             (:mod:`deltasink.hooks`): compaction, notifications.
         storage_options: delta-rs storage options for object stores.
@@ -156,6 +159,7 @@ class DeltaSink:
         spark: Any = None,
         checks: Sequence[Check] | None = None,
         unverifiable_checks: Literal["refuse", "skip"] = "refuse",
+        check_samples: bool = False,
         post_commit: Sequence[PostCommitHook] = (),
         storage_options: Mapping[str, str] | None = None,
         table: TableSpec | None = None,
@@ -222,6 +226,7 @@ class DeltaSink:
                 storage_options=storage_options,
                 checks=checks,
                 unverifiable_checks=unverifiable_checks,
+                check_samples=bool(check_samples),
                 table=table,
                 spark=spark,
             ),

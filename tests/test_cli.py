@@ -249,7 +249,8 @@ def test_cli_recover_quarantines_what_the_jobs_recover_would(target: str) -> Non
     assert "quarantined" in output
     assert support.ids(target) == [1]
     assert DeltaSink(target, "job").status().quarantined == {
-        1: "check expect('amount >= 0') failed: returned rows, e.g. [{'id': 2, 'amount': -1}]"
+        1: "check expect('amount >= 0') failed: returned 1 row(s) (rows not quoted; "
+        "DeltaSink(..., check_samples=True) quotes them)"
     }
 
 

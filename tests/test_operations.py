@@ -90,12 +90,51 @@ def test_sql_and_expect_checks_run_on_spark_sql(target: str) -> None:
     sink.pre_commit(orders([3, 4], [1.0, -5.0]), 1)
     report = sink.commit(1)
     assert report.quarantined_versions == [1]
-    assert "expect('amount >= 0') failed" in (report.results[0].message or "")
-    assert "'id': 4" in (report.results[0].message or "")
+    assert report.results[0].message == (
+        "check expect('amount >= 0') failed: returned 1 row(s) (rows not quoted; "
+        "DeltaSink(..., check_samples=True) quotes them)"
+    )
     sink.pre_commit(orders([3, 400]), 1)  # re-staged, but now the id check fails
     report = sink.commit(1)
     assert "ids below 100 failed" in (report.results[0].message or "")
     assert support.ids(target) == [1, 2]
+
+
+def test_failing_checks_quote_rows_only_when_asked(
+    target: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = pa.table({"id": [1, 1, 2, 3, 4], "email": ["a@x", "a@x", "b@x", "c@x", "d@x"]})
+    bad = [checks.expect("email NOT LIKE '%@x'", label="no x mail")]
+    quiet = DeltaSink(target, "quiet", MergeSpec(mode="append"), checks=bad)
+    with caplog.at_level(logging.WARNING, "deltasink"):
+        report = quiet.write(secret, 0)
+    assert report.results[0].message == (
+        "check no x mail failed: returned 3 or more row(s) (rows not quoted; "
+        "DeltaSink(..., check_samples=True) quotes them)"
+    )
+    stored = DeltaSink(target, "quiet").status().quarantined[0]
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert all("@x" not in text for text in (stored, logged)), (stored, logged)
+    dup = DeltaSink(target, "dup", MergeSpec(mode="append"), checks=[checks.unique("email")])
+    assert dup.write(secret, 0).results[0].message == (
+        "check unique(email) failed: 1 value(s) repeat (rows not quoted; "
+        "DeltaSink(..., check_samples=True) quotes them)"
+    )
+    loud = DeltaSink(target, "loud", MergeSpec(mode="append"), checks=bad, check_samples=True)
+    message = loud.write(secret, 0).results[0].message or ""
+    assert message.startswith("check no x mail failed: returned rows, e.g. [{'id': 1, 'email'")
+    assert message.count("@x") == 3  # at most three rows quoted
+    sampled = DeltaSink(
+        target,
+        "dup2",
+        MergeSpec(mode="append"),
+        checks=[checks.unique("email")],
+        check_samples=True,
+    )
+    assert sampled.write(secret, 0).results[0].message == (
+        "check unique(email) failed: 1 value(s) repeat, e.g. {'email': 'a@x', 'count_all': 2}"
+    )
+    assert support.ids(target) == []
 
 
 def test_row_count_within_compares_with_the_previous_batch(target: str) -> None:

@@ -77,6 +77,7 @@ class SinkConfig:
     storage_options: Mapping[str, str] | None = None
     checks: Sequence[Check] | None = None
     unverifiable_checks: Literal["refuse", "skip"] = "refuse"
+    check_samples: bool = False
     table: TableSpec | None = None
     spark: Any = field(default=None, compare=False)
 

@@ -52,5 +52,6 @@ def connect(config: SinkConfig) -> EngineParts:
         spec=config.merge,
         checks=config.checks,
         unverifiable_checks=config.unverifiable_checks,
+        check_samples=config.check_samples,
     )
     return EngineParts(commit, EmbeddedMaintenance(target, staging))

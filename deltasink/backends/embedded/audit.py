@@ -32,6 +32,7 @@ class Auditor:
             operator's sink, which must never publish what the job would not).
         unverifiable: With ``checks=None``, what to do when the recorded checks include
             plain callables: ``"refuse"`` to publish, or ``"skip"`` them.
+        samples: Whether failure messages may quote rows of the batch.
         data: The staged rows of a version.
         history: This writer's recent target commits (for the row-count checks).
     """
@@ -43,6 +44,7 @@ class Auditor:
         target: str,
         checks: Sequence[Check] | None,
         unverifiable: Literal["refuse", "skip"],
+        samples: bool = False,
         data: Callable[[int], pa.Table],
         history: Callable[[int], list[HistoryEntry]],
     ) -> None:
@@ -51,6 +53,7 @@ class Auditor:
         self.own_checks = checks is not None
         self.checks = tuple(checks or ())
         self.unverifiable = unverifiable
+        self.samples = samples
         self._data = data
         self._history = history
 
@@ -120,5 +123,6 @@ class Auditor:
             _arrow=arrow,
             _dataframe=dataframe,
             _previous_rows=lambda: previous_rows(self._history(20)),
+            samples=self.samples,
         )
         return run_checks(checks, batch)

@@ -54,6 +54,7 @@ class EmbeddedBackend:
             checks recorded there (an operator's sink).
         unverifiable_checks: With ``checks=None``, what to do when the recorded checks
             include callables: ``"refuse"`` to publish (default) or ``"skip"`` them.
+        check_samples: Whether failing checks may quote rows of the batch.
     """
 
     name = "embedded"
@@ -68,6 +69,7 @@ class EmbeddedBackend:
         spec: MergeSpec | None,
         checks: Sequence[Check] | None = (),
         unverifiable_checks: Literal["refuse", "skip"] = "refuse",
+        check_samples: bool = False,
     ) -> None:
         self.target = target
         self.log = staging
@@ -80,6 +82,7 @@ class EmbeddedBackend:
             target=target.uri,
             checks=checks,
             unverifiable=unverifiable_checks,
+            samples=check_samples,
             data=self._data,
             history=lambda limit: target_history(target, app_id, limit),
         )

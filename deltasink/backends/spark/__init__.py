@@ -78,6 +78,7 @@ def connect(config: SinkConfig) -> EngineParts:
         max_attempts=config.max_commit_attempts,
         storage_options=config.storage_options,
         checks=config.checks or (),
+        check_samples=config.check_samples,
         table=config.table,
     )
     return EngineParts(commit, commit.maintenance())

@@ -51,6 +51,7 @@ class SparkBackend:
         storage_options: delta-rs storage options, for reading the logs of tables on
             object stores through delta-rs.
         checks: Pre-commit checks (write-audit-publish).
+        check_samples: Whether failing checks may quote rows of the batch.
         log_reader: Who reads the logs: ``"delta-rs"``, ``"spark"``, or ``"auto"``
             (default, :attr:`default_log_reader`): delta-rs for local paths (except
             on Databricks, where a bare path means DBFS) and for remote paths when
@@ -75,6 +76,7 @@ class SparkBackend:
         max_attempts: int = 8,
         storage_options: Mapping[str, str] | None = None,
         checks: Sequence[Check] = (),
+        check_samples: bool = False,
         log_reader: LogReader | None = None,
         table: TableSpec | None = None,
     ) -> None:
@@ -83,6 +85,7 @@ class SparkBackend:
         self.app_id = app_id
         self.max_attempts = max_attempts
         self.checks = tuple(checks)
+        self.check_samples = check_samples
         self._spec = spec
         self.tables = Tables(target, staging, app_id)
         self.target_ref = self.tables.target_ref
@@ -266,6 +269,7 @@ class SparkBackend:
             _previous_rows=lambda: previous_rows(
                 history_from_commits(self._logs.target_commits(20), self.app_id)
             ),
+            samples=self.check_samples,
         )
         return run_checks(self.checks, batch)
 
