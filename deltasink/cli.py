@@ -36,6 +36,7 @@ from deltasink.errors import (
     DeltaSinkError,
     FencedError,
     InvalidInputError,
+    QuarantinedError,
     UnverifiableChecksError,
 )
 from deltasink.locations import STAGING_SUFFIX, is_local, normalize_uri
@@ -83,6 +84,8 @@ def _errors(as_json: bool) -> Iterator[None]:
     except DeltaSinkError as exc:
         if isinstance(exc, FencedError):
             code = EXIT_FENCED
+        elif isinstance(exc, QuarantinedError):
+            code = EXIT_QUARANTINED
         elif isinstance(exc, AlreadyCommittedError | InvalidInputError | UnverifiableChecksError):
             code = EXIT_REFUSED
         elif isinstance(exc, CommitError):

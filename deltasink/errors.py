@@ -21,6 +21,8 @@ what the caller should do next::
     │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
     ├── FencedError                another live writer with the same app_id took over;
     │                              stop this one
+    ├── QuarantinedError           a version failed its checks and waits (raised only
+    │                              with ``on_quarantine="raise"``); abort or re-stage it
     └── StorageError               a table's storage or Delta log is unusable (unreadable,
         │                          corrupt, not writable); nothing committed is lost
         └── StorageAccessError     the storage refused the credentials or permissions;
@@ -45,6 +47,7 @@ __all__ = [
     "KeyColumnError",
     "MarkerLostError",
     "NotADeltaTableError",
+    "QuarantinedError",
     "SchemaMismatchError",
     "StagingOwnershipError",
     "StorageAccessError",
@@ -237,6 +240,34 @@ class FencedError(DeltaSinkError):
         super().__init__(message, table=table, app_id=app_id)
         self.epoch = epoch
         self.current_epoch = current_epoch
+
+
+class QuarantinedError(DeltaSinkError):
+    """A version failed its pre-commit checks and is quarantined (raised instead of
+    returned under ``DeltaSink(..., on_quarantine="raise")``, e.g. to stop a stream).
+
+    The version stays staged and unpublished, later versions wait behind it; versions
+    before it that the call committed stay committed (``report``). Release it with
+    ``sink.abort(version)`` (``deltasink abort``) or by re-staging fixed data.
+
+    Attributes:
+        reason: The failed check.
+        report: The :class:`~deltasink.CommitReport` of the call.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        report: object,
+        table: str | None = None,
+        app_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table, app_id=app_id, version=version)
+        self.reason = reason
+        self.report = report
 
 
 class StorageError(DeltaSinkError):

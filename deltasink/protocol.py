@@ -130,7 +130,9 @@ class TwoPhaseCommit(Generic[B]):
                 ``on_stale="raise"``.
         """
         v = check_version(version)
-        state = self.participant.read_state()
+        return self._pre_commit(batch, v, self.participant.read_state())
+
+    def _pre_commit(self, batch: B, v: int, state: LogState) -> Committable:
         if state.is_committed(v):
             self._stale(v, state.committed_version)
             return Committable(self.app_id, v, 0, None, "already_committed")
@@ -184,8 +186,21 @@ class TwoPhaseCommit(Generic[B]):
         limit = check_version(up_to, what="up_to")
         return self._run(limit, recovering=False, progress=progress)
 
-    def write(self, batch: B, version: object, *, progress: Progress | None = None) -> CommitReport:
+    def write(
+        self,
+        batch: B,
+        version: object,
+        *,
+        progress: Progress | None = None,
+        replays_last_only: bool = False,
+    ) -> CommitReport:
         """Both phases for one batch whose source is not acknowledged yet.
+
+        ``replays_last_only``: the versions come from a source that only ever replays
+        its *last* version (Spark's ``foreachBatch`` ``batch_id``), so a version below
+        the committed one means its checkpoint was reset or belongs to another job:
+        :class:`InvalidVersionError`, nothing written (instead of the ``on_stale``
+        policy). One read of the participant's state serves this check and the write.
 
         With nothing staged and a participant that :class:`SupportsDirectPublish`, the
         validated batch is published straight into the target (its marker makes a
@@ -199,20 +214,33 @@ class TwoPhaseCommit(Generic[B]):
         """
         v = check_version(version)
         participant = self.participant
-        if isinstance(participant, SupportsDirectPublish):
-            state = participant.read_state()
-            if not state.staged and not state.is_committed(v):
-                prepared = participant.prepare(batch, v)
-                if audit_passes(participant, prepared):
-                    result = publish_directly(
-                        participant, prepared, state, app_id=self.app_id, clock=self.clock
-                    )
-                    if progress is not None:
-                        progress(result)
-                    return CommitReport(self.app_id, (result,), v, ())
-                participant.stage_prepared(prepared)  # the gate audits again, quarantines
-                return self._run(v, recovering=False, progress=progress)
-        self.pre_commit(batch, v)
+        state = participant.read_state()
+        committed = state.committed_version
+        if replays_last_only and committed is not None and v < committed:
+            raise InvalidVersionError(
+                f"batch {v} is below app {self.app_id!r}'s committed version {committed}: "
+                "its source replays only its last batch, so the checkpoint was reset or "
+                "belongs to another query. Give the new query its own app_id (or its old "
+                "checkpoint).",
+                app_id=self.app_id,
+                version=v,
+            )
+        if (
+            isinstance(participant, SupportsDirectPublish)
+            and not state.staged
+            and not state.is_committed(v)
+        ):
+            prepared = participant.prepare(batch, v)
+            if audit_passes(participant, prepared):
+                result = publish_directly(
+                    participant, prepared, state, app_id=self.app_id, clock=self.clock
+                )
+                if progress is not None:
+                    progress(result)
+                return CommitReport(self.app_id, (result,), v, ())
+            participant.stage_prepared(prepared)  # the gate audits again, quarantines
+            return self._run(v, recovering=False, progress=progress)
+        self._pre_commit(batch, v, state)
         return self._run(v, recovering=False, progress=progress)
 
     def recover(self, *, progress: Progress | None = None) -> CommitReport:

@@ -14,7 +14,7 @@ from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
 from deltasink.committables import GcResult
-from deltasink.errors import ConfigurationError, InvalidVersionError
+from deltasink.errors import ConfigurationError, QuarantinedError
 from deltasink.failures import storage_failure
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
@@ -25,7 +25,6 @@ from deltasink.protocol import (
     Progress,
     Timeouts,
     TwoPhaseCommit,
-    check_version,
 )
 from deltasink.spec import MergeSpec
 from deltasink.status import SinkStatus
@@ -121,6 +120,12 @@ class DeltaSink:
             include plain callables (which only the job can run), ``"refuse"``
             (default: :class:`~deltasink.errors.UnverifiableChecksError`, nothing
             published) or ``"skip"`` them (run the recorded built-ins only).
+        on_quarantine: When a call (``write``, ``foreach_batch``, ``commit``,
+            ``recover``) quarantines a version or stops at one: ``"continue"``
+            (default: the report says so, with a warning logged; a stream goes on
+            staging later batches behind it) or ``"raise"``
+            :class:`~deltasink.errors.QuarantinedError` after the call, which stops a
+            streaming query until the version is aborted or re-staged.
         check_samples: Let a failing check quote rows of the batch in its message
             (kept in the staging table, logged, shown by ``status``). Off by default,
             since rows may hold personal data: the message then gives counts only.
@@ -159,6 +164,7 @@ class DeltaSink:
         spark: Any = None,
         checks: Sequence[Check] | None = None,
         unverifiable_checks: Literal["refuse", "skip"] = "refuse",
+        on_quarantine: Literal["continue", "raise"] = "continue",
         check_samples: bool = False,
         post_commit: Sequence[PostCommitHook] = (),
         storage_options: Mapping[str, str] | None = None,
@@ -177,6 +183,11 @@ class DeltaSink:
             raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
         if table is not None and not isinstance(table, TableSpec):
             raise ConfigurationError(f"table must be a TableSpec or None, got {table!r}.")
+        if on_quarantine not in ("continue", "raise"):
+            raise ConfigurationError(
+                f"on_quarantine must be 'continue' or 'raise', got {on_quarantine!r}."
+            )
+        self._on_quarantine = on_quarantine
         if on_stale not in ("skip", "raise"):
             raise ConfigurationError(f"on_stale must be 'skip' or 'raise', got {on_stale!r}.")
         if engine not in get_args(Engine):
@@ -315,41 +326,54 @@ class DeltaSink:
         Raises:
             As :meth:`pre_commit` and :meth:`commit`.
         """
+        return self._write(df, version, replays_last_only=False)
+
+    def _write(self, df: object, version: int, *, replays_last_only: bool) -> CommitReport:
         # When it stages, the stage commit records the publish intent too.
         self._backend.write_through = version
         try:
-            return self._after(self._core.write(df, version))
+            return self._after(self._core.write(df, version, replays_last_only=replays_last_only))
         finally:
             self._backend.write_through = None
 
     def _after(self, report: CommitReport) -> CommitReport:
         if self._post_commit:
             run_hooks(self._post_commit, PostCommit(report=report, sink=self))
+        if self._on_quarantine == "raise":
+            stopped = [r for r in report.results if r.outcome == "quarantined"]
+            if stopped:
+                version, reason = stopped[0].version, stopped[0].message or "a check failed"
+                raise QuarantinedError(
+                    f"version {version} of app {self.app_id!r} is quarantined ({reason}); "
+                    f"it and later versions wait. Abort it (sink.abort({version}) or "
+                    f"`deltasink abort {self.target} --app {self.app_id} {version}`) or "
+                    "re-stage it with fixed data, then restart.",
+                    reason=reason,
+                    report=report,
+                    table=self.target,
+                    app_id=self.app_id,
+                    version=version,
+                )
         return report
 
     @_named_storage_errors
-    def foreach_batch(self, df: object, batch_id: int) -> None:
+    def foreach_batch(self, df: object, batch_id: int) -> CommitReport:
         """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
+
+        :meth:`write` with Spark's replay rule, from one read of the Delta logs; returns
+        its report (Spark ignores it; a wrapping function can log it).
 
         A micro-batch that Spark replays after a restart has the same ``batch_id`` and
         is therefore applied once. Spark only ever replays the *last* batch, so a
         ``batch_id`` below the committed version means the query's checkpoint was reset
         (or belongs to another query) while the ``app_id`` stayed: its batches would be
-        dropped as duplicates, so this raises instead.
+        dropped as duplicates, so this raises instead (not ``on_stale``).
 
         Raises:
             InvalidVersionError: ``batch_id`` is below the committed version.
+            As :meth:`write` otherwise.
         """
-        committed = self._core.state().committed_version
-        if committed is not None and check_version(batch_id) < committed:
-            raise InvalidVersionError(
-                f"foreachBatch batch_id {batch_id} is below app {self.app_id!r}'s committed "
-                f"version {committed}: the streaming checkpoint was reset or belongs to "
-                "another query. Give the new query its own app_id (or its old checkpoint).",
-                app_id=self.app_id,
-                version=int(batch_id),
-            )
-        self.write(df, batch_id)
+        return self._write(df, batch_id, replays_last_only=True)
 
     @_named_storage_errors
     def abort(self, version: int) -> bool:

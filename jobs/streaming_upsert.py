@@ -131,8 +131,8 @@ def run_batch(
 ) -> None:
     """One micro-batch: read its files, write it through the sink, then record progress."""
     df = spark.read.schema(SCHEMA).json(files)
-    # == sink.foreach_batch(df, batch_id), keeping the report for the log line below.
-    report: CommitReport = sink.write(df, batch_id)
+    # What writeStream.foreachBatch(sink.foreach_batch) runs on a cluster.
+    report: CommitReport = sink.foreach_batch(df, batch_id)
     write_log(checkpoint, "commits", batch_id, files)  # source progress, AFTER the sink
     names = [Path(f).name for f in files]
     if not report.results:

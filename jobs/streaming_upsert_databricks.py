@@ -98,18 +98,16 @@ def batch_writer(args: argparse.Namespace) -> Callable[[Any, int], None]:
         sink = cache.get("sink")
         if sink is None:
             sink = cache["sink"] = build_sink(args, batch_df.sparkSession)
-        committed = sink.status().committed_version
-        if committed is not None and batch_id < committed:
-            # Spark only ever re-runs the LAST planned batch, so this is a reset or
-            # foreign checkpoint: its batches would all be dropped as already committed.
-            raise RuntimeError(
-                f"batch {batch_id} is below the committed version {committed} of app "
-                f"{args.app_id!r} on {args.target}: the checkpoint {args.checkpoint} does "
-                "not belong to this app id (new or reset checkpoint?). Use a new --app-id."
-            )
-        sink.foreach_batch(batch_df, batch_id)  # pre-commit + commit, batch_id = version
-        replay = committed is not None and batch_id <= committed
-        print(f"batch {batch_id}: " + ("already committed (a replay)" if replay else "committed"))
+        # pre-commit + commit, batch_id = version, from one read of the Delta logs. It
+        # refuses a batch_id below the committed version (InvalidVersionError: Spark only
+        # replays its LAST batch, so this checkpoint was reset or is another query's).
+        report = sink.foreach_batch(batch_df, batch_id)
+        if report.quarantined_versions:  # only with checks=[...]; or on_quarantine="raise"
+            print(f"batch {batch_id}: quarantined, waiting behind {report.quarantined_versions}")
+        elif report.results:
+            print(f"batch {batch_id}: committed")
+        else:
+            print(f"batch {batch_id}: already committed (a replay)")
 
     return write_batch
 

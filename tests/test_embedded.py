@@ -300,3 +300,22 @@ def test_foreach_batch_refuses_a_reset_checkpoint(target: str) -> None:
     with pytest.raises(InvalidVersionError, match="checkpoint was reset"):
         sink.foreach_batch(pa.table({"id": [0]}), 0)  # a new checkpoint, same app_id
     assert support.ids(target) == [0, 1, 2]
+
+
+def test_foreach_batch_reads_the_logs_once_and_returns_its_report(target: str) -> None:
+    sink = DeltaSink(target, "stream", MergeSpec(keys=["id"]))
+    backend = sink._backend  # a counting spy around the real backend's one log read
+    real_read = backend.read_state
+    reads: list[int] = []
+
+    def counted() -> Any:
+        reads.append(1)
+        return real_read()
+
+    backend.read_state = counted  # type: ignore[method-assign]
+    first = sink.foreach_batch(pa.table({"id": [1], "v": ["a"]}), 0)
+    assert (first.committed_versions, len(reads)) == ([0], 1)
+    reads.clear()
+    replay = sink.foreach_batch(pa.table({"id": [1], "v": ["a"]}), 0)
+    assert (replay.results, replay.committed_version) == ((), 0)
+    assert support.rows(target) == [{"id": 1, "v": "a"}]

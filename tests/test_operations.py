@@ -13,9 +13,11 @@ from deltalake import DeltaTable
 from deltasink import (
     AlreadyCommittedError,
     CommitError,
+    ConfigurationError,
     DeltaSink,
     InvalidInputError,
     MergeSpec,
+    QuarantinedError,
     SinkGroup,
     checks,
     hooks,
@@ -135,6 +137,35 @@ def test_failing_checks_quote_rows_only_when_asked(
         "check unique(email) failed: 1 value(s) repeat, e.g. {'email': 'a@x', 'count_all': 2}"
     )
     assert support.ids(target) == []
+
+
+def test_on_quarantine_raise_stops_a_stream_until_the_version_is_released(
+    target: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard = [checks.no_nulls("amount")]
+    strict = DeltaSink(target, "stream", UPSERT, checks=guard, on_quarantine="raise")
+    strict.foreach_batch(orders([1]), 0)
+    reason = "check no_nulls(amount) failed: null values {'amount': 1}"
+    for _attempt in range(2):  # the batch, then Spark's replay of it after the restart
+        with pytest.raises(QuarantinedError, match="version 1 of app 'stream' is quarantined"):
+            strict.foreach_batch(orders([2], [None]), 1)
+    with pytest.raises(QuarantinedError) as raised:
+        strict.write(orders([2], [None]), 1)
+    error = raised.value
+    assert (error.version, error.reason, error.app_id) == (1, reason, "stream")
+    assert error.report.quarantined_versions == [1]  # type: ignore[attr-defined]
+    assert support.ids(target) == [1]
+    assert strict.status().quarantined == {1: reason}
+    assert strict.abort(1) is True
+    strict.foreach_batch(orders([2], [20.0]), 1)  # the fixed batch after the release
+    assert support.rows(target) == [{"id": 1, "amount": 10.0}, {"id": 2, "amount": 20.0}]
+    lenient = DeltaSink(target, "stream", UPSERT, checks=guard)  # default: continue
+    with caplog.at_level(logging.WARNING, "deltasink"):
+        lenient.foreach_batch(orders([3], [None]), 2)
+    assert lenient.status().quarantined == {2: reason}
+    assert any("version 2 is quarantined" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigurationError, match="on_quarantine"):
+        DeltaSink(target, "stream", UPSERT, on_quarantine="stop")  # type: ignore[arg-type]
 
 
 def test_row_count_within_compares_with_the_previous_batch(target: str) -> None:
