@@ -42,6 +42,7 @@ from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.history import HistoryEntry
 from deltasink.sink import DeltaSink, SinkStatus
 from deltasink.spec import MergeSpec
+from deltasink.streaming import ForeachBatchWriter, foreach_batch_writer
 from deltasink.table import TableSpec
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "DeltaSinkError",
     "DuplicateKeyError",
     "FencedError",
+    "ForeachBatchWriter",
     "GcResult",
     "GroupReport",
     "GroupSnapshot",
@@ -81,5 +83,6 @@ __all__ = [
     "__version__",
     "checks",
     "embedded_spark",
+    "foreach_batch_writer",
     "hooks",
 ]

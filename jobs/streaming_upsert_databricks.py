@@ -64,7 +64,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltasink import DeltaSink, MergeSpec
+from deltasink import ForeachBatchWriter, MergeSpec, foreach_batch_writer
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -76,33 +76,24 @@ MERGE = MergeSpec(
 ON_DATABRICKS = "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
-def build_sink(args: argparse.Namespace, spark: Any) -> DeltaSink:
-    """The sink; ``engine='auto'`` picks Spark's own Delta writes on Databricks or with
+def build_writer(args: argparse.Namespace) -> ForeachBatchWriter:
+    """deltasink's ``foreachBatch`` function for this job. It pickles (Spark Connect
+    compute, serverless and standard access mode, runs the function in another Python
+    process) and builds its sink there, from the micro-batch's own session, once per
+    process; ``engine='auto'`` picks Spark's own Delta writes on Databricks or with
     delta-spark, and the embedded engine (delta-rs) otherwise."""
-    return DeltaSink(
-        target=args.target, app_id=args.app_id, merge=MERGE, staging=args.staging, spark=spark
-    )
+    return foreach_batch_writer(args.target, args.app_id, MERGE, staging=args.staging)
 
 
-def batch_writer(args: argparse.Namespace) -> Callable[[Any, int], None]:
-    """The ``foreachBatch`` function.
-
-    On classic compute it runs in the driver process. On Spark Connect compute
-    (serverless, standard access mode) Spark pickles it and runs it in a separate
-    Python process, where no object of the driver exists: so the sink is built there,
-    from the batch's own session, once per process.
-    """
-    cache: dict[str, DeltaSink] = {}
+def batch_writer(writer: ForeachBatchWriter) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function: the writer, plus a log line per micro-batch."""
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
-        sink = cache.get("sink")
-        if sink is None:
-            sink = cache["sink"] = build_sink(args, batch_df.sparkSession)
         # pre-commit + commit, batch_id = version, from one read of the Delta logs. It
         # refuses a batch_id below the committed version (InvalidVersionError: Spark only
         # replays its LAST batch, so this checkpoint was reset or is another query's).
-        report = sink.foreach_batch(batch_df, batch_id)
-        if report.quarantined_versions:  # only with checks=[...]; or on_quarantine="raise"
+        report = writer(batch_df, batch_id)
+        if report.quarantined_versions:  # a failed check (with checks=[...])
             print(f"batch {batch_id}: quarantined, waiting behind {report.quarantined_versions}")
         elif report.results:
             print(f"batch {batch_id}: committed")
@@ -206,22 +197,23 @@ def main(argv: list[str] | None = None) -> int:
     log_setup()
     spark = SparkSession.builder.appName(f"deltasink {args.app_id}").getOrCreate()
 
-    sink = build_sink(args, spark)
+    writer = build_writer(args)
+    sink = writer.sink(spark)  # this process's sink, shared with foreachBatch on classic
     print(f"engine: {sink.engine} ({sink.engine_reason})")
     for r in sink.recover().results:  # start-up: finish what a crash left staged
         print(f"recovered versions {list(r.all_versions)}: {r.outcome}")
 
-    writer = (
+    stream = (
         read_stream(spark, args)
-        .writeStream.foreachBatch(batch_writer(args))
+        .writeStream.foreachBatch(batch_writer(writer))
         .option("checkpointLocation", args.checkpoint)
         .queryName(args.app_id)
     )
     if args.trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
+        stream = stream.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=args.trigger)
-    writer.start().awaitTermination()
+        stream = stream.trigger(processingTime=args.trigger)
+    stream.start().awaitTermination()
 
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")
