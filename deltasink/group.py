@@ -25,11 +25,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
+from deltasink.inputs import Batch
 from deltasink.protocol import CommitReport, Committable, check_version
 from deltasink.sink import DeltaSink, SinkStatus
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["GroupReport", "GroupSnapshot", "GroupStatus", "SinkGroup"]
 
@@ -106,7 +110,7 @@ class SinkGroup:
 
     # -- phase one -------------------------------------------------------------------
 
-    def pre_commit(self, batches: Mapping[str, object], version: int) -> dict[str, Committable]:
+    def pre_commit(self, batches: Mapping[str, Batch], version: int) -> dict[str, Committable]:
         """Stage ``version`` in every table; return only when all are staged.
 
         Args:
@@ -151,7 +155,7 @@ class SinkGroup:
             )
         return GroupReport({n: s.commit(upto) for n, s in self.sinks.items()}, {})
 
-    def write(self, batches: Mapping[str, object], version: int) -> GroupReport:
+    def write(self, batches: Mapping[str, Batch], version: int) -> GroupReport:
         """``pre_commit(batches, version)`` then ``commit(version)``."""
         self.pre_commit(batches, version)
         return self.commit(version)
@@ -230,7 +234,7 @@ class SinkGroup:
         version = max(common)
         return GroupSnapshot(version, {name: e[version] for name, e in ends.items()})
 
-    def ledger(self, spark: Any = None) -> Any:
+    def ledger(self, spark: SparkSession | None = None) -> DataFrame:
         """Every table's ledger in one Spark DataFrame, with a ``table_name`` column."""
         frames = [
             sink.ledger(spark).selectExpr(f"'{name}' AS table_name", "*")

@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, get_args
 
 from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
@@ -18,6 +18,7 @@ from deltasink.errors import ConfigurationError, QuarantinedError
 from deltasink.failures import storage_failure
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
+from deltasink.inputs import Batch
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri
 from deltasink.protocol import (
     CommitReport,
@@ -29,6 +30,9 @@ from deltasink.protocol import (
 from deltasink.spec import MergeSpec
 from deltasink.status import SinkStatus
 from deltasink.table import TableSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["DeltaSink", "SinkStatus", "default_staging"]
 
@@ -161,7 +165,7 @@ class DeltaSink:
         on_stale: Literal["skip", "raise"] = "skip",
         max_commit_attempts: int = 8,
         engine: Engine = "auto",
-        spark: Any = None,
+        spark: SparkSession | None = None,
         checks: Sequence[Check] | None = None,
         unverifiable_checks: Literal["refuse", "skip"] = "refuse",
         on_quarantine: Literal["continue", "raise"] = "continue",
@@ -266,7 +270,7 @@ class DeltaSink:
         return self._backend.name
 
     @_named_storage_errors
-    def pre_commit(self, df: object, version: int) -> Committable:
+    def pre_commit(self, df: Batch, version: int) -> Committable:
         """Phase one: durably stage ``df`` as ``version``.
 
         Validates the batch first (a named :class:`~deltasink.errors.InvalidInputError`
@@ -308,7 +312,7 @@ class DeltaSink:
         return self._after(self._core.commit(version, progress=progress))
 
     @_named_storage_errors
-    def write(self, df: object, version: int) -> CommitReport:
+    def write(self, df: Batch, version: int) -> CommitReport:
         """Both phases for one batch, for a caller that acknowledges its source only
         after this returns (``foreach_batch``, a batch job's run).
 
@@ -328,7 +332,7 @@ class DeltaSink:
         """
         return self._write(df, version, replays_last_only=False)
 
-    def _write(self, df: object, version: int, *, replays_last_only: bool) -> CommitReport:
+    def _write(self, df: Batch, version: int, *, replays_last_only: bool) -> CommitReport:
         # When it stages, the stage commit records the publish intent too.
         self._backend.write_through = version
         try:
@@ -357,7 +361,7 @@ class DeltaSink:
         return report
 
     @_named_storage_errors
-    def foreach_batch(self, df: object, batch_id: int) -> CommitReport:
+    def foreach_batch(self, df: Batch, batch_id: int) -> CommitReport:
         """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
 
         :meth:`write` with Spark's replay rule, from one read of the Delta logs; returns
@@ -448,7 +452,7 @@ class DeltaSink:
         ``limit``), from the Delta history."""
         return self._maintenance.commits_since_optimize(limit)
 
-    def ledger(self, spark: Any = None, *, limit: int | None = None) -> Any:
+    def ledger(self, spark: SparkSession | None = None, *, limit: int | None = None) -> DataFrame:
         """The commit ledger as a Spark DataFrame, one row per committed version.
 
         Columns: ``app_id``, ``version``, ``target_version`` (the Delta version to

@@ -24,12 +24,15 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deltasink.committables import CommitReport
 from deltasink.errors import ConfigurationError
 from deltasink.sink import DeltaSink
 from deltasink.spec import MergeSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["ForeachBatchWriter", "foreach_batch_writer"]
 
@@ -55,7 +58,7 @@ class ForeachBatchWriter:
     merge: MergeSpec | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
 
-    def sink(self, spark: Any = None) -> DeltaSink:
+    def sink(self, spark: SparkSession | None = None) -> DeltaSink:
         """This process's sink for the writer, built on first use with ``spark`` (the
         session the first micro-batch came with, or the driver's for ``recover()`` and
         ``status()`` at start-up).

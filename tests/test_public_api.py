@@ -33,6 +33,23 @@ def test_design_contract_names() -> None:
     assert callable(deltasink.embedded_spark)
 
 
+def test_public_signatures_name_spark_and_arrow_types() -> None:
+    """What a batch and a session are is in the signature, not ``object``/``Any``."""
+
+    def annotation(function: object, name: str) -> object:
+        return inspect.signature(function).parameters[name].annotation  # type: ignore[arg-type]
+
+    for method in ("pre_commit", "write", "foreach_batch"):
+        assert annotation(getattr(DeltaSink, method), "df") == "Batch", method
+    assert annotation(DeltaSink, "spark") == "SparkSession | None"
+    assert annotation(DeltaSink.ledger, "spark") == "SparkSession | None"
+    assert inspect.signature(DeltaSink.ledger).return_annotation == "DataFrame"
+    assert annotation(deltasink.SinkGroup.write, "batches") == "Mapping[str, Batch]"
+    assert annotation(deltasink.ForeachBatchWriter.sink, "spark") == "SparkSession | None"
+    assert "DataFrame" in str(deltasink.inputs.Batch)
+    assert "pyarrow" in str(deltasink.inputs.Batch)
+
+
 def test_merge_spec_is_frozen_and_keyword_only() -> None:
     spec = MergeSpec(keys="id")
     assert spec.keys == ("id",)
