@@ -37,11 +37,13 @@ class CommitPort(Participant[object], SupportsFencing, Protocol):
     write_through: int | None
 
     def recorded_spec(self) -> MergeSpec | None:
-        """The MergeSpec recorded in the staging table, if any."""
+        """The MergeSpec recorded in the staging table, if any (as of the last
+        ``read_state``, when there was one: ``status()`` reads each log once)."""
         ...
 
     def target_exists(self) -> bool:
-        """Whether the target table exists yet."""
+        """Whether the target table exists yet (as of the last ``read_state``, when
+        there was one)."""
         ...
 
 

@@ -320,10 +320,10 @@ class EmbeddedBackend:
     # -- status ---------------------------------------------------------------------
 
     def recorded_spec(self) -> MergeSpec | None:
-        return self.log.recorded_spec()
+        return self.log.recorded_spec(fresh=False)
 
     def target_exists(self) -> bool:
-        return self.target.open() is not None
+        return self.target.open(fresh=False) is not None
 
     # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
 

@@ -4,6 +4,7 @@ engine reads path tables' logs with them too)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -30,18 +31,10 @@ __all__ = [
 ]
 
 
-def _log_state(uri: str) -> tuple[bool, list[str]]:
-    """For a local table: (any committed log file?, zero-length commit files)."""
-    log = os.path.join(uri, "_delta_log")
-    committed, empty = False, []
-    with os.scandir(log) as entries:
-        for entry in entries:
-            name = entry.name
-            if name.endswith((".json", ".checkpoint.parquet")):
-                committed = True
-                if name.endswith(".json") and entry.stat().st_size == 0:
-                    empty.append(name)
-    return committed, sorted(empty)
+def _has_commits(uri: str) -> bool:
+    """For a local table: does its ``_delta_log`` hold any commit or checkpoint?"""
+    with os.scandir(os.path.join(uri, "_delta_log")) as entries:
+        return any(e.name.endswith((".json", ".checkpoint.parquet")) for e in entries)
 
 
 #: A table another writer is creating looks, for a moment, like a data directory without
@@ -96,8 +89,7 @@ def _open_once(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTabl
             return None
         entries = sorted(os.listdir(uri))
         if "_delta_log" in entries:
-            committed, _ = _log_state(uri)
-            if not committed:
+            if not _has_commits(uri):
                 return None  # half-created: no commit reached the log
             raise _Unsettled(
                 StorageError(
@@ -128,9 +120,10 @@ def _open_once(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTabl
 
 
 def _checked(table: DeltaTable, uri: str) -> DeltaTable:
-    """``table``, unless its local log has torn (empty) commit files."""
+    """``table``, unless its local log has torn (empty) commit files among the ones the
+    snapshot was read from."""
     if is_local(uri):
-        _, empty = _log_state(uri)
+        empty = _torn_commits(uri, table.version())
         if empty:
             raise StorageError(
                 f"the Delta log of {uri} has empty commit files {empty} (a torn write): "
@@ -139,6 +132,31 @@ def _checked(table: DeltaTable, uri: str) -> DeltaTable:
                 table=uri,
             )
     return table
+
+
+def _torn_commits(uri: str, version: int) -> list[str]:
+    """Zero-length commit files among those a snapshot at ``version`` is read from: the
+    commits after the last checkpoint (and the one after ``version``). Probed by name,
+    so the cost follows the commits since the checkpoint, not the table's history."""
+    log = os.path.join(uri, "_delta_log")
+    empty = []
+    for v in range(_last_checkpoint(log) + 1, version + 2):
+        name = f"{v:020d}.json"
+        try:
+            if os.stat(os.path.join(log, name)).st_size == 0:
+                empty.append(name)
+        except FileNotFoundError:
+            continue
+    return empty
+
+
+def _last_checkpoint(log: str) -> int:
+    """The version in ``_last_checkpoint``, or -1 (none, or unreadable: check all)."""
+    try:
+        with open(os.path.join(log, "_last_checkpoint"), encoding="utf-8") as f:
+            return int(json.load(f)["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1
 
 
 def refresh(
