@@ -1,0 +1,140 @@
+"""Planning cost against history, quickly: one sink's ``status()``, ``recover()`` and a
+10-row ``write`` after ``--batches`` committed 10-row batches (P4's measures, without
+P4's hour-long 10,000-batch build), beside the bare delta-rs work for the same question.
+
+    python -m bench.history_probe --batches 2000 [--runs 9] [--json out.json]
+
+The history is built once into ``bench/out/probe-<batches>`` (about 2.5 min per 1,000
+batches) and measured in place (a copy would not do: the staging table records its
+target's location), so each run adds ``2 x --runs`` commits to it (under 1%).
+Run it with ``PYTHONPATH`` pointing at another checkout to measure that code on the
+same history (an A/B of a change).
+
+Sides (medians of ``--runs``, order rotated):
+
+* ``status (new sink)``: ``DeltaSink(...).status()`` in a fresh sink;
+* ``status (same sink)``: ``status()`` again on a sink that has read the logs before;
+* ``recover (new sink)``: ``recover()`` with nothing pending;
+* ``write 10 rows``: a steady-state sink's ``write`` of a 10-row batch (a MERGE; the
+  sink claimed the writer role before, untimed);
+* ``bare: open + txn``: ``DeltaTable(target).transaction_version(app)`` (the least
+  any engine must read to know the committed version);
+* ``bare: MERGE 10 rows``: the same 10-row upsert with delta-rs, its txn marker in the
+  commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
+
+from bench.common import OUT_DIR, Stats, compare, log, machine_info, stats_dict
+from deltasink import DeltaSink, MergeSpec
+
+__all__ = ["main"]
+
+APP = "probe"
+SPEC = MergeSpec(keys=["id"])
+
+
+def rows(start: int, n: int = 10) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]})
+
+
+def build(batches: int, where: Path = OUT_DIR) -> Path:
+    """The cached lake: a target with ``batches`` committed versions of one writer."""
+    lake = where / f"probe-{batches}"
+    done = lake / "done"
+    if done.exists():
+        return lake
+    shutil.rmtree(lake, ignore_errors=True)
+    sink = DeltaSink(str(lake / "target"), APP, SPEC)
+    started = time.perf_counter()
+    for version in range(batches):
+        sink.write(rows(version * 10), version)
+        if version % 500 == 499:
+            log(f"probe history: {version + 1}/{batches} ({time.perf_counter() - started:.0f} s)")
+    done.write_text(str(batches))
+    return lake
+
+
+def measure(lake: Path, runs: int) -> dict[str, Stats]:
+    target = str(lake / "target")
+    warm = DeltaSink(target, APP, SPEC)
+    warm.status()
+    next_version = [int(warm.status().committed_version or 0) + 1]
+    bare_version = [10**9]
+
+    def timed(call: Any) -> float:
+        started = time.perf_counter()
+        call()
+        return time.perf_counter() - started
+
+    def write(_rep: int) -> float:
+        version = next_version[0]
+        next_version[0] += 1
+        batch = rows(5)
+        writer = DeltaSink(target, APP, SPEC)  # the recover side fenced the last one
+        writer.recover()  # untimed: claims the writer role, so the write is steady-state
+        return timed(lambda: writer.write(batch, version))
+
+    def bare_merge(_rep: int) -> float:
+        bare_version[0] += 1
+        batch = rows(5)
+
+        def merge() -> None:
+            (
+                DeltaTable(target)
+                .merge(
+                    batch,
+                    "t.id = s.id",
+                    source_alias="s",
+                    target_alias="t",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction("bare", bare_version[0])]
+                    ),
+                )
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+        return timed(merge)
+
+    sides = {
+        "status (new sink)": lambda _rep: timed(lambda: DeltaSink(target, APP, SPEC).status()),
+        "status (same sink)": lambda _rep: timed(warm.status),
+        "recover (new sink)": lambda _rep: timed(lambda: DeltaSink(target, APP, SPEC).recover()),
+        "write 10 rows": write,
+        "bare: open + txn": lambda _rep: timed(lambda: DeltaTable(target).transaction_version(APP)),
+        "bare: MERGE 10 rows": bare_merge,
+    }
+    return compare(sides, runs, label="history probe")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--dir", type=Path, default=OUT_DIR, help="where the history is kept")
+    args = parser.parse_args(argv)
+    stats = measure(build(args.batches, args.dir.resolve()), args.runs)
+    print(f"history probe: {args.batches} batches, {args.runs} runs (median [min-max])")
+    for name, s in stats.items():
+        print(f"  {name:22} {s.median * 1000:8.1f} ms [{s.min * 1000:.1f}-{s.max * 1000:.1f}]")
+    if args.json:
+        payload = {"batches": args.batches, "machine": machine_info(), "sides": stats_dict(stats)}
+        args.json.write_text(json.dumps(payload, indent=2))
+
+
+if __name__ == "__main__":
+    main()
