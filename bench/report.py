@@ -92,6 +92,17 @@ def goals(results: dict[str, Any]) -> list[Row]:
                 _mark(p2["speedup"] >= 20 and all(p2["checks"].values())),
             ]
         )
+    for case in s.get("p7", []):
+        r = case["ratio_best"]["sink"]
+        rows.append(
+            [
+                f"P7 `write` vs the best hand-written MERGE, {fmt_rows(case['batch_rows'])} rows "
+                f"({case['layout']} keys) into {fmt_rows(case['target_rows'])}",
+                "≤ 1.0x",
+                _x(r),
+                _mark(r <= 1.0 and all(case["checks"].values())),
+            ]
+        )
     for case in s.get("p3", []):
         rows.append(
             [
@@ -370,6 +381,54 @@ def _growth(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _p6(p6: dict[str, Any]) -> str:
+    """P6 from ``bench/out/p6.json`` (``python -m bench.p6_delta_spark``)."""
+    rows = []
+    for case, r in p6["p6"].items():
+        sink, merge = r["stats"]["deltasink spark engine"], r["stats"]["MERGE INTO + txn confs"]
+        rows.append(
+            [case, cell(sink), cell(merge), _x(r["ratio"]), "≤ 1.2x", _mark(r["ratio"] <= 1.2)]
+        )
+    intro = (
+        f"`python -m bench.p6_delta_spark --runs {p6['runs']}` ({p6['machine']['date']}; its "
+        "own process: a classic `local[2]` session with delta-spark). Baseline: Delta's "
+        "documented idempotent `foreachBatch` write, `MERGE INTO` under "
+        "`spark.databricks.delta.write.txnAppId`/`txnVersion`; same session and input, "
+        "identical copies of the target, order alternating. The spark engine still runs "
+        "both phases (staging write, MERGE from staging, clean-up): direct publish is not "
+        "ported to it yet, and that fixed cost is the difference."
+    )
+    header = [
+        "case",
+        "`sink.write` (spark engine)",
+        "`MERGE INTO` + txn confs",
+        "ratio",
+        "goal",
+        "",
+    ]
+    return intro + "\n\n" + _table(header, rows)
+
+
+def _p7(cases: list[dict[str, Any]]) -> str:
+    """P7 (``bench/p7_floor.py``)."""
+    from bench.p7_floor import table
+
+    intro = (
+        "`python -m bench.p7_floor`: every side on its own copy of the same target, order "
+        "rotated. *write* is `sink.write` on a steady-state sink (nothing pending: a direct "
+        "publish); *two-phase* is `pre_commit` + `commit` of the same batch (what `write` "
+        "did before); *best MERGE* is, per repetition, the fastest of three delta-rs calls "
+        "a user can write: the default MERGE, `streamed_exec=False`, and `streamed_exec="
+        "False` with the batch's key range in the predicate. Goal: write ≤ 1.0x best."
+    )
+    best_of = "; ".join(
+        f"{c['batch_rows']:,} {c['layout']}: "
+        + ", ".join(f"{k} {v}" for k, v in c["best_of"].items() if v)
+        for c in cases
+    )
+    return f"{intro}\n\n{table(cases)}\n\nFastest baseline per case (repetitions won): {best_of}."
+
+
 def _prepared(sections: dict[str, Any]) -> str:
     seconds = sections.get("p4", {}).get("prepare_s", 0)
     if seconds < 60:
@@ -421,6 +480,12 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
     if "p5" in s:
         parts.append("## P5: peak memory for a large batch from Spark")
         parts.append(_p5(s["p5"]))
+    if "p6" in s:
+        parts.append("## P6: the spark engine vs what a Databricks user writes instead")
+        parts.append(_p6(s["p6"]))
+    if "p7" in s:
+        parts.append("## P7: `sink.write` vs the best MERGE a user can write by hand")
+        parts.append(_p7(s["p7"]))
     if "grid" in s:
         parts.append("## Cost growth with target size and batch size")
         parts.append(_grid(s["grid"]))

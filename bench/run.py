@@ -25,15 +25,16 @@ from bench.report import render
 
 __all__ = ["main"]
 
-PARTS = ("p1", "grid", "p2", "p3", "p4", "p5")
+PARTS = ("p1", "grid", "p2", "p3", "p4", "p5", "p7")
 
 
 def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any]:
-    from bench import p1_overhead, p2_coalesce, p3_spark, p4_planning, p5_memory
+    from bench import p1_overhead, p2_coalesce, p3_spark, p4_planning, p5_memory, p7_floor
 
     out: dict[str, Any] = {}
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("p1", lambda: p1_overhead.run_p1(config)),
+        ("p7", lambda: p7_floor.run(config)),
         ("p2", lambda: p2_coalesce.run(config)),
         ("p3", lambda: p3_spark.run(config)),
         ("p5", lambda: p5_memory.run(config)),
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
         results = Results(config=cfg, machine=machine, sections=sections)
         results.save(results_path)
         data = json.loads(results_path.read_text())
+    p6 = OUT_DIR / "p6.json"  # the delta-spark benchmark runs on its own (a JVM session)
+    if p6.exists() and not args.quick:
+        data["sections"]["p6"] = json.loads(p6.read_text())
     argv_text = shlex.join(data["config"]["argv"])
     command = "make bench" + (f" BENCH_ARGS='{argv_text}'" if argv_text else "")
     plot(data, plot_path)
