@@ -21,6 +21,7 @@ PLAN = "in-batch:2,sink-done:1,fault:publish.after_target_commit@1"
 
 
 @pytest.mark.jvm
+@pytest.mark.timeout(660)  # the run's own limit below, not the suite's 300 s default
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
 def test_a_planned_streaming_soak_on_delta_spark_applies_every_batch_once(tmp_path: Path) -> None:
     from tests.test_contract_spark import REASON
