@@ -208,6 +208,14 @@ def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
 
 
 def check_required(table: pa.Table, spec: MergeSpec) -> None:
+    """The key and ``sequence_by`` columns are present, scalar and non-null; the
+    ``update_columns``/``except_columns`` are present.
+
+    Raises:
+        KeyColumnError: A key or ``sequence_by`` column is missing, nested or null.
+        SchemaMismatchError: A column ``update_columns``/``except_columns`` names is
+            missing from the batch.
+    """
     for name in spec.required_columns:
         role = "sequence_by" if name == spec.sequence_by else "key"
         if name not in table.column_names:
@@ -231,6 +239,16 @@ def check_required(table: pa.Table, spec: MergeSpec) -> None:
                 f"needs a {role}. Filter or fill them in the job.",
                 column=name,
             )
+
+    listing = "update_columns" if spec.update_columns is not None else "except_columns"
+    missing = [c for c in spec.listed_columns if c not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(
+            f"MergeSpec.{listing} names {missing}, missing from the batch, whose columns "
+            f"are {[c for c in table.column_names if c != DELETE_COLUMN]}; every batch "
+            "must contain them.",
+            column=missing[0],
+        )
 
 
 SortOrder = Literal["ascending", "descending"]

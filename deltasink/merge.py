@@ -52,7 +52,9 @@ class MergePlan:
         on: The join condition between target ``t`` and source ``s``.
         clauses: ``WHEN`` clauses, in evaluation order.
         insert_columns: Columns written by ``INSERT``.
-        update_columns: Columns written by ``UPDATE SET`` (the non-key columns).
+        update_columns: Columns written by ``UPDATE SET``: the non-key columns, or
+            those :meth:`MergeSpec.updated` keeps (``update_columns`` /
+            ``except_columns``).
     """
 
     on: str
@@ -184,7 +186,7 @@ def compile_merge(
     if prune:
         on = f"{on} AND {prune}"
     data_columns = tuple(c for c in columns if c not in (DELETE_COLUMN, GUARD_COLUMN))
-    updates = tuple(c for c in data_columns if c not in spec.keys)
+    updates = spec.updated(data_columns)
     is_delete = f"{SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
     not_delete = f"NOT {SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
     newer = None

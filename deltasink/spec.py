@@ -45,6 +45,17 @@ class MergeSpec:
         schema_evolution: Add batch columns that the target does not have yet
             (otherwise such a batch is rejected with a
             :class:`~deltasink.errors.SchemaMismatchError`).
+        update_columns: Only for ``upsert``: a matched target row has only these
+            columns set from the batch row; its other columns keep their values.
+            Inserted rows still get every column of the batch. Must not name a key
+            column; must name ``sequence_by`` when that is set (the target's sequence
+            must follow the row that updated it). Every batch must contain them.
+        except_columns: Only for ``upsert``, exclusive with ``update_columns``: a
+            matched target row has every non-key batch column set except these. Must
+            not name a key column nor ``sequence_by``. Every batch must contain them.
+
+    A spec with ``update_columns`` or ``except_columns`` is not coalesced: its
+    pending versions are committed one target commit each (see :attr:`coalescable`).
 
     Raises:
         ConfigurationError: The combination is invalid (e.g. ``upsert`` without keys).
@@ -55,15 +66,26 @@ class MergeSpec:
     sequence_by: str | None = None
     delete_when: str | None = None
     schema_evolution: bool = False
+    update_columns: Sequence[str] | None = None
+    except_columns: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
         object.__setattr__(self, "keys", keys)
+        for attr in ("update_columns", "except_columns"):
+            value = getattr(self, attr)
+            if value is not None:
+                object.__setattr__(self, attr, (value,) if isinstance(value, str) else tuple(value))
         if self.mode not in get_args(MergeMode):
             raise ConfigurationError(
                 f"MergeSpec.mode must be one of {list(get_args(MergeMode))}, got {self.mode!r}."
             )
-        for name in (*keys, self.sequence_by):
+        for name in (
+            *keys,
+            self.sequence_by,
+            *(self.update_columns or ()),
+            *(self.except_columns or ()),
+        ):
             if name is not None and (not isinstance(name, str) or not name):
                 raise ConfigurationError(
                     f"MergeSpec column names must be non-empty strings, got {name!r}."
@@ -100,20 +122,102 @@ class MergeSpec:
                 raise ConfigurationError(
                     "delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
+        self._check_partial_update(keys)
+
+    def _check_partial_update(self, keys: tuple[str, ...]) -> None:
+        """Validate ``update_columns`` / ``except_columns``."""
+        if self.update_columns is not None and self.except_columns is not None:
+            raise ConfigurationError(
+                "MergeSpec takes update_columns or except_columns, not both: list the "
+                "columns to update, or the ones to leave alone."
+            )
+        for attr in ("update_columns", "except_columns"):
+            listed: tuple[str, ...] | None = getattr(self, attr)
+            if listed is None:
+                continue
+            if self.mode != "upsert":
+                raise ConfigurationError(
+                    f"MergeSpec.{attr} is only valid with mode='upsert' (mode={self.mode!r} "
+                    "never updates a row)."
+                )
+            if not listed:
+                raise ConfigurationError(
+                    f"MergeSpec.{attr} is empty; leave it None to update every column."
+                )
+            if len(set(listed)) != len(listed):
+                raise ConfigurationError(f"MergeSpec.{attr} has duplicates: {list(listed)}.")
+            named_keys = [c for c in listed if c in keys]
+            if named_keys:
+                raise ConfigurationError(
+                    f"MergeSpec.{attr} names the key column(s) {named_keys}; a key is "
+                    "never updated (it identifies the row).",
+                    column=named_keys[0],
+                )
+        seq = self.sequence_by
+        if seq is not None and self.update_columns is not None and seq not in self.update_columns:
+            raise ConfigurationError(
+                f"MergeSpec.update_columns must include sequence_by={seq!r}: an updated "
+                "row's sequence must follow it, or older updates would apply after it.",
+                column=seq,
+            )
+        if seq is not None and self.except_columns is not None and seq in self.except_columns:
+            raise ConfigurationError(
+                f"MergeSpec.except_columns must not include sequence_by={seq!r}: an "
+                "updated row's sequence must follow it.",
+                column=seq,
+            )
+
+    def updated(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """The columns of a batch with ``columns`` that ``UPDATE SET`` writes on a
+        matched row: the non-key ones, narrowed by ``update_columns`` or
+        ``except_columns``."""
+        data = [c for c in columns if c not in self.keys]
+        if self.update_columns is not None:
+            return tuple(c for c in data if c in self.update_columns)
+        if self.except_columns is not None:
+            return tuple(c for c in data if c not in self.except_columns)
+        return tuple(data)
+
+    @property
+    def coalescable(self) -> bool:
+        """Whether pending versions may be folded into one target commit. Not with
+        ``update_columns``/``except_columns``: a key inserted by one version and
+        updated by a later one keeps the first version's non-updated columns, which
+        one coalesced row per key cannot express; those versions commit one by one."""
+        return self.update_columns is None and self.except_columns is None
 
     @property
     def required_columns(self) -> tuple[str, ...]:
         """Columns every batch must contain (keys, then ``sequence_by``)."""
         return (*self.keys, *((self.sequence_by,) if self.sequence_by else ()))
 
+    @property
+    def listed_columns(self) -> tuple[str, ...]:
+        """``update_columns`` or ``except_columns``: columns every batch must contain
+        besides :attr:`required_columns` (a missing one is a
+        :class:`~deltasink.errors.SchemaMismatchError`)."""
+        return tuple(self.update_columns or self.except_columns or ())
+
     def to_json(self) -> str:
-        """Serialise to the JSON recorded in the staging table."""
+        """Serialise to the JSON recorded in the staging table. Fields left at their
+        default since a release added them are omitted, so older releases (and
+        records) read the same JSON."""
         data = asdict(self)
         data["keys"] = list(self.keys)
+        for attr in _OPTIONAL_FIELDS:
+            if data[attr] is None:
+                del data[attr]
+            else:
+                data[attr] = list(data[attr])
         return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> MergeSpec:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; a record written before a field existed loads
+        with that field's default."""
         data: dict[str, Any] = json.loads(text)
         return cls(**data)
+
+
+#: Fields added after the first release: omitted from :meth:`MergeSpec.to_json` when unset.
+_OPTIONAL_FIELDS = ("update_columns", "except_columns")

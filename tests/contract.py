@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -24,11 +25,12 @@ from deltasink import (
     DeltaSink,
     InvalidVersionError,
     MergeSpec,
+    SchemaMismatchError,
     StorageError,
     TableDefinitionError,
     TableSpec,
 )
-from deltasink._faults import armed
+from deltasink._faults import FaultInjected, armed
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])
@@ -51,6 +53,8 @@ class Harness:
     app_id: str
     make_batch: Callable[[list[int]], Any]
     sink_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: An Arrow table in the backend's input type (Spark harnesses: a DataFrame).
+    make_table: Callable[[pa.Table], Any] = field(default=lambda table: table)
 
     @property
     def coalesce(self) -> bool:
@@ -61,6 +65,22 @@ class Harness:
 
     def batch(self, *ids: int) -> Any:
         return self.make_batch(list(ids))
+
+    def rows(self, *rows: tuple[int, str, str]) -> Any:
+        """A batch of ``(id, value, note)`` rows."""
+        ids, values, notes = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "value": pa.array(values, pa.string()),
+                "note": pa.array(notes, pa.string()),
+            }
+        )
+        return self.make_table(table)
+
+    def contents(self) -> list[tuple[Any, ...]]:
+        """The target's ``(id, value, note)`` rows, by id."""
+        return [(r["id"], r["value"], r.get("note")) for r in support.rows(self.target)]
 
     @property
     def staging(self) -> str:
@@ -396,6 +416,64 @@ class SinkContract:
     ) -> None:
         sink = harness.sink(table=TableSpec(partition_by=["day"]))
         with pytest.raises(TableDefinitionError, match=r"names \['day'\] but the batch"):
+            sink.write(harness.batch(1), 0)
+        assert not support.exists(harness.target)
+        assert support.staged_versions(sink.staging) == []
+
+    # -- merge shapes ---------------------------------------------------------------
+
+    def test_update_columns_update_only_those_columns_one_commit_per_version(
+        self, harness: Harness
+    ) -> None:
+        spec = MergeSpec(keys=["id"], update_columns=["value"])
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "n1")), 0)
+        sink.pre_commit(harness.rows((1, "b", "n2"), (2, "c", "n3")), 1)
+        sink.pre_commit(harness.rows((2, "d", "n4"), (3, "e", "n5")), 2)
+        report = sink.commit(2)
+        assert report.committed_versions == [1, 2]
+        # matched rows: only `value`; inserted rows (2 by v1, 3 by v2): every column
+        expected = [(1, "b", "n1"), (2, "d", "n3"), (3, "e", "n5")]
+        assert harness.contents() == expected
+        assert harness.marker() == 2
+        # never coalesced: one target commit per version, whatever the cadence
+        assert sorted(support.txn_commits(harness.target, harness.app_id)) == [0, 1, 2]
+        # a replay of a committed version is a no-op
+        assert sink.write(harness.rows((1, "zz", "zz")), 1).committed_versions == []
+        assert harness.contents() == expected
+
+        # a crash right after the target commit: recovery gives the same result
+        sink.pre_commit(harness.rows((1, "f", "n6"), (4, "g", "n7")), 3)
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        assert harness.contents() == [
+            (1, "f", "n1"),
+            (2, "d", "n3"),
+            (3, "e", "n5"),
+            (4, "g", "n7"),
+        ]
+        assert harness.marker() == 3
+        assert support.staged_versions(harness.staging) == []
+
+    def test_except_columns_leave_those_columns_alone(self, harness: Harness) -> None:
+        spec = MergeSpec(keys=["id"], except_columns=["note"])
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "n1"), (2, "b", "n2")), 0)
+        sink.pre_commit(harness.rows((1, "c", "n3")), 1)
+        sink.pre_commit(harness.rows((1, "d", "n4"), (3, "e", "n5")), 2)
+        assert sink.recover().committed_versions == [1, 2]
+        assert harness.contents() == [(1, "d", "n1"), (2, "b", "n2"), (3, "e", "n5")]
+        assert harness.marker() == 2
+
+    def test_update_columns_missing_from_the_batch_is_refused_before_writing(
+        self, harness: Harness
+    ) -> None:
+        sink = harness.sink(MergeSpec(keys=["id"], update_columns=["note"]))
+        with pytest.raises(SchemaMismatchError, match=r"update_columns names \['note'\], missing"):
             sink.write(harness.batch(1), 0)
         assert not support.exists(harness.target)
         assert support.staged_versions(sink.staging) == []

@@ -11,6 +11,9 @@ Two parts, both plain Python over lists of dicts:
     key and is never inserted; with ``sequence_by`` a row takes effect only if the
     target's sequence is null or not higher (``>=``); no tombstones: a later version's
     older row of a deleted key inserts it again;
+  - ``upsert`` with ``update_columns`` (``except_columns``): a row that updates an
+    existing key sets only those columns (every non-key column but those); the
+    others keep the target's values; an inserted row still brings every column;
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution).
@@ -41,6 +44,8 @@ class Fold:
     rows: dict[tuple[Any, ...], Row] = field(default_factory=dict)
     appended: list[Row] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+    update_columns: tuple[str, ...] | None = None
+    except_columns: tuple[str, ...] | None = None
 
     def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
         if self.sequence_by is None:
@@ -77,7 +82,15 @@ class Fold:
             if is_delete:
                 del self.rows[key]
             else:  # a column the batch does not have keeps its value (schema evolution)
-                self.rows[key] = {**current, **row}
+                self.rows[key] = {**current, **self._updates(row)}
+
+    def _updates(self, row: Row) -> Row:
+        """The part of ``row`` an update writes."""
+        if self.update_columns is not None:
+            return {c: v for c, v in row.items() if c in self.update_columns}
+        if self.except_columns is not None:
+            return {c: v for c, v in row.items() if c not in self.except_columns}
+        return row
 
     def expected(self) -> list[Row]:
         """The model target's rows, every column present (null where never written)."""

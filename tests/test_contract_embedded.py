@@ -33,5 +33,6 @@ class TestEmbeddedSparkInput(SinkContract):
             target=target,
             app_id="contract-spark",
             make_batch=spark_batch,
+            make_table=spark.createDataFrame,
             sink_kwargs={"coalesce": False},  # one target commit per version
         )

@@ -239,6 +239,7 @@ class TestSparkBackendDeltaRsLogs(SinkContract):
             target=target,
             app_id="contract-spark",
             make_batch=spark_batches(delta_spark),
+            make_table=delta_spark.createDataFrame,
             sink_kwargs={"engine": "spark", "spark": delta_spark},
         )
 
@@ -254,6 +255,7 @@ class TestSparkBackendSparkLogs(SinkContract):
             target=target,
             app_id="contract-spark-logs",
             make_batch=spark_batches(delta_spark),
+            make_table=delta_spark.createDataFrame,
             sink_kwargs={"engine": "spark", "spark": delta_spark, "coalesce": False},
         )
 

@@ -60,6 +60,14 @@ SHAPES: dict[str, dict[str, Any]] = {
     "upsert-delete": {"mode": "upsert", "delete_when": "op = 'D'"},
     "insert-sequence": {"mode": "insert", "sequence_by": "seq"},
     "upsert-schema-evolution": {"mode": "upsert", "schema_evolution": True},
+    "upsert-update-columns": {"mode": "upsert", "update_columns": ["v"]},
+    "upsert-except-columns": {"mode": "upsert", "except_columns": ["v"]},
+    "upsert-sequence-delete-update-columns": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "update_columns": ["w", "seq"],
+    },
 }
 
 T0 = dt.datetime(2024, 1, 1)
@@ -140,6 +148,8 @@ class Run:
         self.shape = shape
         self.kind = kind
         self.evolve = bool(options.get("schema_evolution"))
+        # partial updates: a second data column, so "not updated" is visible
+        self.partial = "update_columns" in options or "except_columns" in options
         self.keys = key_names(kind)
         if options["mode"] != "append":
             options["keys"] = self.keys
@@ -151,6 +161,8 @@ class Run:
             tuple(self.keys),
             options.get("sequence_by"),
             "op" if "delete_when" in options else None,
+            update_columns=_tuple(options.get("update_columns")),
+            except_columns=_tuple(options.get("except_columns")),
         )
         self.models = {"a": Protocol(fold), "b": Protocol(fold)}
         self.fold = fold
@@ -166,6 +178,8 @@ class Run:
         for i, (key, seq, delete) in enumerate(drawn):
             row: Row = dict(zip(self.keys, KEY_TYPES[self.kind][1](key), strict=True))
             row["v"] = f"{app}{version}.{i}"
+            if self.partial:
+                row["w"] = f"w{app}{version}.{i}"
             if self.spec.sequence_by:
                 row["seq"] = seq
             if self.spec.delete_when:
@@ -178,6 +192,8 @@ class Run:
     def table(self, rows: list[Row]) -> pa.Table:
         fields = [pa.field(k, t) for k, t in zip(self.keys, KEY_TYPES[self.kind][0], strict=True)]
         fields.append(pa.field("v", pa.string()))
+        if self.partial:
+            fields.append(pa.field("w", pa.string()))
         if self.spec.sequence_by:
             fields.append(pa.field("seq", pa.int64()))
         if self.spec.delete_when:
@@ -253,6 +269,10 @@ class Run:
             if model.committed is not None:
                 assert DeltaTable(self.target).transaction_version(app) == model.committed
             assert self.sinks[app].status().pending_versions == model.pending
+
+
+def _tuple(columns: list[str] | None) -> tuple[str, ...] | None:
+    return None if columns is None else tuple(columns)
 
 
 def _exists(target: str) -> bool:
