@@ -10,8 +10,10 @@ For ``upsert`` the clauses are, in order (first matching clause wins)::
     WHEN MATCHED AND s.delete [AND newer] THEN DELETE
     WHEN MATCHED [AND NOT s.delete] [AND newer] THEN UPDATE SET <columns>
     WHEN NOT MATCHED [AND NOT s.delete] THEN INSERT <columns>
+    [WHEN NOT MATCHED BY SOURCE [AND <condition>] THEN DELETE]
 
-where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set (a
+(the last one with ``when_not_matched_by_source="delete"``, never with a key-range
+pruning predicate in ``ON``), where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set (a
 coalesced batch compares ``s.<guard>`` instead of ``s.seq``: see
 :func:`deltasink.batch.coalesce`).
 ``insert`` has only the last clause; ``append`` is not a MERGE at all.
@@ -39,7 +41,7 @@ SOURCE, TARGET = "s", "t"
 class Clause:
     """One ``WHEN`` clause of a MERGE."""
 
-    when: Literal["matched", "not_matched"]
+    when: Literal["matched", "not_matched", "not_matched_by_source"]
     action: Literal["update", "delete", "insert"]
     condition: str | None = None
 
@@ -69,7 +71,9 @@ class MergePlan:
     def apply_to(self, merger: Any) -> Any:
         """Add the clauses to a delta-rs ``TableMerger`` and return it."""
         for clause in self.clauses:
-            if clause.action == "delete":
+            if clause.when == "not_matched_by_source":
+                merger = merger.when_not_matched_by_source_delete(predicate=clause.condition)
+            elif clause.action == "delete":
                 merger = merger.when_matched_delete(predicate=clause.condition)
             elif clause.action == "update":
                 if not self.update_columns:
@@ -92,7 +96,11 @@ class MergePlan:
         """
         lines = [f"MERGE INTO {target} AS {TARGET}", f"USING {source} AS {SOURCE}", f"ON {self.on}"]
         for clause in self.clauses:
-            head = "WHEN MATCHED" if clause.when == "matched" else "WHEN NOT MATCHED"
+            head = {
+                "matched": "WHEN MATCHED",
+                "not_matched": "WHEN NOT MATCHED",
+                "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+            }[clause.when]
             if clause.condition:
                 head += f" AND ({clause.condition})"
             if clause.action == "delete":
@@ -183,6 +191,9 @@ def compile_merge(
     if spec.mode == "append":
         raise ValueError("append is not a MERGE; write the rows instead")
     on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+    if prune and not spec.prunable:
+        # Every target row outside the pruned range would be "not matched by source".
+        raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
     if prune:
         on = f"{on} AND {prune}"
     data_columns = tuple(c for c in columns if c not in (DELETE_COLUMN, GUARD_COLUMN))
@@ -200,4 +211,8 @@ def compile_merge(
             clauses.append(Clause("matched", "delete", _and(is_delete, newer)))
         clauses.append(Clause("matched", "update", _and(not_delete, newer)))
     clauses.append(Clause("not_matched", "insert", not_delete if spec.mode == "upsert" else None))
+    if spec.when_not_matched_by_source == "delete":
+        clauses.append(
+            Clause("not_matched_by_source", "delete", spec.not_matched_by_source_condition)
+        )
     return MergePlan(on, tuple(clauses), data_columns, updates)

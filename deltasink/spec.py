@@ -9,9 +9,11 @@ from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
 
-__all__ = ["MergeMode", "MergeSpec"]
+__all__ = ["MergeMode", "MergeSpec", "NotMatchedBySource"]
 
 MergeMode = Literal["upsert", "insert", "append"]
+#: What an ``upsert`` does to target rows whose key is not in the batch.
+NotMatchedBySource = Literal["ignore", "delete"]
 
 #: Column-name prefix reserved for deltasink's own columns in the staging table.
 RESERVED_PREFIX = "_deltasink_"
@@ -54,8 +56,21 @@ class MergeSpec:
             matched target row has every non-key batch column set except these. Must
             not name a key column nor ``sequence_by``. Every batch must contain them.
 
-    A spec with ``update_columns`` or ``except_columns`` is not coalesced: its
-    pending versions are committed one target commit each (see :attr:`coalescable`).
+        when_not_matched_by_source: Only for ``upsert``. ``"ignore"`` (default): target
+            rows whose key is not in the batch stay. ``"delete"``: each version deletes
+            every target row whose key is not among the batch's keys (delete rows and
+            rows ignored as older by ``sequence_by`` count as present), in the same
+            commit; an empty batch deletes every such row. Key-range file pruning is
+            off for this shape (every target row outside the batch's key range would
+            count as absent and be deleted), so its MERGE reads the whole target.
+        not_matched_by_source_condition: With ``"delete"`` only: a SQL predicate over
+            the target's columns, qualified with the target alias ``t`` (e.g.
+            ``"t.region = 'EU'"``); only target rows for which it is true are deleted
+            when absent from the batch (a null result keeps the row).
+
+    A spec with ``update_columns``, ``except_columns`` or
+    ``when_not_matched_by_source="delete"`` is not coalesced: its pending versions are
+    committed one target commit each (see :attr:`coalescable`).
 
     Raises:
         ConfigurationError: The combination is invalid (e.g. ``upsert`` without keys).
@@ -68,6 +83,8 @@ class MergeSpec:
     schema_evolution: bool = False
     update_columns: Sequence[str] | None = None
     except_columns: Sequence[str] | None = None
+    when_not_matched_by_source: NotMatchedBySource = "ignore"
+    not_matched_by_source_condition: str | None = None
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
@@ -123,6 +140,32 @@ class MergeSpec:
                     "delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
         self._check_partial_update(keys)
+        self._check_not_matched_by_source()
+
+    def _check_not_matched_by_source(self) -> None:
+        """Validate ``when_not_matched_by_source`` and its condition."""
+        choice, condition = self.when_not_matched_by_source, self.not_matched_by_source_condition
+        if choice not in get_args(NotMatchedBySource):
+            raise ConfigurationError(
+                "MergeSpec.when_not_matched_by_source must be one of "
+                f"{list(get_args(NotMatchedBySource))}, got {choice!r}."
+            )
+        if choice == "delete" and self.mode != "upsert":
+            raise ConfigurationError(
+                "MergeSpec(when_not_matched_by_source='delete') is only valid with "
+                f"mode='upsert', not mode={self.mode!r}."
+            )
+        if condition is not None:
+            if choice != "delete":
+                raise ConfigurationError(
+                    "MergeSpec.not_matched_by_source_condition needs "
+                    "when_not_matched_by_source='delete'."
+                )
+            if not isinstance(condition, str) or not condition.strip():
+                raise ConfigurationError(
+                    "MergeSpec.not_matched_by_source_condition must be a non-empty SQL "
+                    "predicate over target columns qualified with t, e.g. \"t.region = 'EU'\"."
+                )
 
     def _check_partial_update(self, keys: tuple[str, ...]) -> None:
         """Validate ``update_columns`` / ``except_columns``."""
@@ -181,10 +224,23 @@ class MergeSpec:
     @property
     def coalescable(self) -> bool:
         """Whether pending versions may be folded into one target commit. Not with
-        ``update_columns``/``except_columns``: a key inserted by one version and
+        ``update_columns``/``except_columns`` (a key inserted by one version and
         updated by a later one keeps the first version's non-updated columns, which
-        one coalesced row per key cannot express; those versions commit one by one."""
-        return self.update_columns is None and self.except_columns is None
+        one coalesced row per key cannot express) nor with
+        ``when_not_matched_by_source="delete"`` (each version alone defines which rows
+        survive it, not the union of the versions): those commit one by one."""
+        return (
+            self.update_columns is None
+            and self.except_columns is None
+            and self.when_not_matched_by_source == "ignore"
+        )
+
+    @property
+    def prunable(self) -> bool:
+        """Whether the MERGE may restrict the target to the batch's key range (file
+        pruning). Not when it deletes target rows absent from the batch: every row
+        outside the range would be "not matched by source"."""
+        return self.when_not_matched_by_source == "ignore"
 
     @property
     def required_columns(self) -> tuple[str, ...]:
@@ -204,10 +260,10 @@ class MergeSpec:
         records) read the same JSON."""
         data = asdict(self)
         data["keys"] = list(self.keys)
-        for attr in _OPTIONAL_FIELDS:
-            if data[attr] is None:
+        for attr, default in _OPTIONAL_FIELDS.items():
+            if data[attr] == default:
                 del data[attr]
-            else:
+            elif isinstance(data[attr], tuple):
                 data[attr] = list(data[attr])
         return json.dumps(data, sort_keys=True)
 
@@ -220,4 +276,9 @@ class MergeSpec:
 
 
 #: Fields added after the first release: omitted from :meth:`MergeSpec.to_json` when unset.
-_OPTIONAL_FIELDS = ("update_columns", "except_columns")
+_OPTIONAL_FIELDS: dict[str, object] = {
+    "update_columns": None,
+    "except_columns": None,
+    "when_not_matched_by_source": "ignore",
+    "not_matched_by_source_condition": None,
+}

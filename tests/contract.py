@@ -93,6 +93,17 @@ class Harness:
         return support.marker(self.target, self.app_id)
 
 
+def spark_tables(session: Any) -> Callable[[pa.Table], Any]:
+    """``Harness.make_table`` for a Spark session: a DataFrame of the table's rows with
+    its schema (Spark Connect cannot create one from an empty Arrow table)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    def make(table: pa.Table) -> Any:
+        return session.createDataFrame(table.to_pylist(), from_arrow_schema(table.schema))
+
+    return make
+
+
 def fail_when_publishing(version: int, exc: BaseException) -> Callable[..., None]:
     """A fault action failing every publish attempt that includes ``version``."""
 
@@ -477,6 +488,39 @@ class SinkContract:
             sink.write(harness.batch(1), 0)
         assert not support.exists(harness.target)
         assert support.staged_versions(sink.staging) == []
+
+    def test_delete_rows_absent_from_each_version(self, harness: Harness) -> None:
+        spec = MergeSpec(
+            keys=["id"],
+            when_not_matched_by_source="delete",
+            not_matched_by_source_condition="t.note = 'x'",
+        )
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "x"), (2, "b", "x"), (3, "c", "keep")), 0)
+        sink.pre_commit(harness.rows((1, "a1", "x")), 1)
+        sink.pre_commit(harness.rows((2, "b2", "x"), (4, "d", "x")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        # v1 deletes 2; v2 (alone defining the survivors) deletes 1 and inserts 2 again;
+        # 3 fails the condition and stays
+        expected = [(2, "b2", "x"), (3, "c", "keep"), (4, "d", "x")]
+        assert harness.contents() == expected
+        assert sorted(support.txn_commits(harness.target, harness.app_id)) == [0, 1, 2]
+        assert sink.write(harness.rows((9, "z", "x")), 2).committed_versions == []  # replay
+        assert harness.contents() == expected
+
+        sink.pre_commit(harness.rows((4, "d3", "x")), 3)
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        assert harness.contents() == [(3, "c", "keep"), (4, "d3", "x")]
+        assert harness.marker() == 3
+
+        harness.sink(spec).write(harness.rows(), 4)  # an empty batch: every 'x' row goes
+        assert harness.contents() == [(3, "c", "keep")]
+        assert harness.marker() == 4
 
 
 class Crash(Exception):

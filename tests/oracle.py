@@ -14,6 +14,9 @@ Two parts, both plain Python over lists of dicts:
   - ``upsert`` with ``update_columns`` (``except_columns``): a row that updates an
     existing key sets only those columns (every non-key column but those); the
     others keep the target's values; an inserted row still brings every column;
+  - ``upsert`` with ``when_not_matched_by_source="delete"``: after the batch, every
+    target row whose key is not among the batch's keys (any row of the batch counts)
+    and for which the condition is true is deleted; an empty batch deletes all of them;
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution).
@@ -26,7 +29,7 @@ Two parts, both plain Python over lists of dicts:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,9 @@ class Fold:
     columns: list[str] = field(default_factory=list)
     update_columns: tuple[str, ...] | None = None
     except_columns: tuple[str, ...] | None = None
+    #: ``when_not_matched_by_source="delete"``: the condition as a Python predicate on
+    #: a target row (``lambda row: True`` without one); ``None``: "ignore".
+    delete_absent: Callable[[Row], bool] | None = None
 
     def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
         if self.sequence_by is None:
@@ -66,6 +72,14 @@ class Fold:
         if self.mode == "append":
             self.appended.extend(dict(r) for r in batch)
             return
+        present = {tuple(row[k] for k in self.keys) for row in batch}
+        absent = [
+            key
+            for key, row in self.rows.items()
+            if self.delete_absent is not None and key not in present and self.delete_absent(row)
+        ]
+        for key in absent:
+            del self.rows[key]
         for row in self._one_per_key(batch):
             key = tuple(row[k] for k in self.keys)
             is_delete = self.delete_column is not None and row[self.delete_column] == "D"

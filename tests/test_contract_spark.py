@@ -45,7 +45,7 @@ from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from tests import support
-from tests.contract import Harness, SinkContract
+from tests.contract import Harness, SinkContract, spark_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = "DELTASINK_SPARK_CONTRACT_CHILD"
@@ -239,7 +239,7 @@ class TestSparkBackendDeltaRsLogs(SinkContract):
             target=target,
             app_id="contract-spark",
             make_batch=spark_batches(delta_spark),
-            make_table=delta_spark.createDataFrame,
+            make_table=spark_tables(delta_spark),
             sink_kwargs={"engine": "spark", "spark": delta_spark},
         )
 
@@ -255,7 +255,7 @@ class TestSparkBackendSparkLogs(SinkContract):
             target=target,
             app_id="contract-spark-logs",
             make_batch=spark_batches(delta_spark),
-            make_table=delta_spark.createDataFrame,
+            make_table=spark_tables(delta_spark),
             sink_kwargs={"engine": "spark", "spark": delta_spark, "coalesce": False},
         )
 

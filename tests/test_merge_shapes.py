@@ -121,3 +121,99 @@ def test_the_partial_update_spec_is_recorded_in_the_staging_table(tmp_path: Path
     # the recorded spec governs the next version too: b is left alone
     operator.write(_rows((1, "x", "y")), 1)
     assert support.rows(target) == [{"id": 1, "a": "x", "b": "b"}]
+
+
+# -- when_not_matched_by_source="delete" ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"keys": ["id"], "when_not_matched_by_source": "drop"}, "must be one of"),
+        (
+            {"keys": ["id"], "mode": "insert", "when_not_matched_by_source": "delete"},
+            "only valid with mode='upsert'",
+        ),
+        (
+            {"mode": "append", "when_not_matched_by_source": "delete"},
+            "only valid with mode='upsert'",
+        ),
+        (
+            {"keys": ["id"], "not_matched_by_source_condition": "t.a = 1"},
+            "needs when_not_matched_by_source='delete'",
+        ),
+        (
+            {
+                "keys": ["id"],
+                "when_not_matched_by_source": "delete",
+                "not_matched_by_source_condition": " ",
+            },
+            "non-empty SQL predicate",
+        ),
+    ],
+)
+def test_bad_not_matched_by_source_specs_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        MergeSpec(**kwargs)
+
+
+def test_not_matched_by_source_round_trips_and_is_neither_coalesced_nor_pruned() -> None:
+    spec = MergeSpec(
+        keys=["id"], when_not_matched_by_source="delete", not_matched_by_source_condition="t.a > 1"
+    )
+    assert MergeSpec.from_json(spec.to_json()) == spec
+    assert not spec.coalescable
+    assert not spec.prunable
+    plan = compile_merge(spec, ["id", "a"], has_delete=False)
+    assert plan.to_sql("tgt", "src").endswith(
+        "WHEN NOT MATCHED BY SOURCE AND (t.a > 1) THEN DELETE"
+    )
+    with pytest.raises(ValueError, match="cannot be pruned"):
+        compile_merge(spec, ["id", "a"], has_delete=False, prune="t.`id` >= 1")
+
+
+def _ids(*ids: int) -> pa.Table:
+    return pa.table(
+        {"id": pa.array(ids, pa.int64()), "a": pa.array([f"a{i}" for i in ids], pa.string())}
+    )
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_rows_outside_the_batchs_key_range_are_deleted_too(tmp_path: Path, direct: bool) -> None:
+    """The batch's keys lie outside every target file's key range: neither the
+    insert-only fast path nor key-range pruning may skip the deletes."""
+    target = str(tmp_path / "t")
+    spec = MergeSpec(keys=["id"], when_not_matched_by_source="delete")
+    sink = DeltaSink(target, "app", spec)
+    for version, ids in enumerate([(1, 2), (3, 4)]):  # two versions: rows 3, 4 survive
+        sink.write(_ids(*ids), version)
+    assert [r["id"] for r in support.rows(target)] == [3, 4]
+    DeltaSink(target, "other", MergeSpec(keys=["id"])).write(_ids(*range(5, 40)), 0)
+    if direct:
+        sink.write(_ids(100, 101), 2)
+    else:
+        sink.pre_commit(_ids(100, 101), 2)
+        sink.commit(2)
+    assert [r["id"] for r in support.rows(target)] == [100, 101]
+    assert DeltaTable(target).transaction_version("app") == 2
+    sink.write(_ids(), 3)  # an empty batch deletes every row
+    assert support.rows(target) == []
+    assert DeltaTable(target).transaction_version("app") == 3
+
+
+def test_pending_versions_each_define_the_survivors(tmp_path: Path) -> None:
+    target = str(tmp_path / "t")
+    spec = MergeSpec(
+        keys=["id"],
+        when_not_matched_by_source="delete",
+        not_matched_by_source_condition="t.id < 10",
+    )
+    sink = DeltaSink(target, "app", spec)
+    sink.write(_ids(1, 2, 3, 11, 12), 0)
+    sink.pre_commit(_ids(1, 2, 4), 1)
+    sink.pre_commit(_ids(2, 5), 2)
+    report = sink.commit(2)
+    assert report.committed_versions == [1, 2]
+    assert all(len(r.all_versions) == 1 for r in report.results)
+    # v1 deletes 3; v2 deletes 1 and 4 (each version alone); 11, 12 fail the condition
+    assert [r["id"] for r in support.rows(target)] == [2, 5, 11, 12]

@@ -68,6 +68,20 @@ SHAPES: dict[str, dict[str, Any]] = {
         "delete_when": "op = 'D'",
         "update_columns": ["w", "seq"],
     },
+    "upsert-delete-absent": {"mode": "upsert", "when_not_matched_by_source": "delete"},
+    "upsert-sequence-delete-absent-condition": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "when_not_matched_by_source": "delete",
+        "not_matched_by_source_condition": "t.`v` >= 'b'",
+    },
+}
+
+#: ``not_matched_by_source_condition``s of SHAPES, as the oracle's Python predicates.
+CONDITIONS: dict[str | None, Callable[[Row], bool]] = {
+    None: lambda row: True,
+    "t.`v` >= 'b'": lambda row: row["v"] is not None and row["v"] >= "b",  # app b's rows
 }
 
 T0 = dt.datetime(2024, 1, 1)
@@ -163,6 +177,11 @@ class Run:
             "op" if "delete_when" in options else None,
             update_columns=_tuple(options.get("update_columns")),
             except_columns=_tuple(options.get("except_columns")),
+            delete_absent=(
+                CONDITIONS[options.get("not_matched_by_source_condition")]
+                if options.get("when_not_matched_by_source") == "delete"
+                else None
+            ),
         )
         self.models = {"a": Protocol(fold), "b": Protocol(fold)}
         self.fold = fold

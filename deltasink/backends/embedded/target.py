@@ -216,7 +216,7 @@ class TargetTable:
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
             metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
-        elif (share := overlap(table, values, spec)) == 0.0:
+        elif spec.prunable and (share := overlap(table, values, spec)) == 0.0:
             # Insert-only fast path: no key of the batch can exist in the target, so
             # the MERGE would only insert. Deletes of absent keys are no-ops.
             # The append is blind (Delta checks it against nothing), so it must land on
@@ -232,7 +232,9 @@ class TargetTable:
                 source = source.append_column(GUARD_COLUMN, guard)
             # Pruning pays when the batch's key range misses most of the target's files;
             # when it touches most of them, the plain streamed MERGE is cheaper.
-            prune = share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST
+            # Never when the MERGE deletes target rows absent from the batch: every
+            # row outside the batch's key range would be "not matched by source".
+            prune = spec.prunable and (share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST)
             plan = compile_merge(
                 spec,
                 values.column_names,

@@ -285,7 +285,11 @@ class TargetWriter:
                 staged = spark.sql(source).schema
                 wanted = struct([f for f in staged.fields if f.name in set(columns)])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
-            prune = key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
+            prune = (  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
+                key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
+                if spec.prunable
+                else None
+            )
             statement = merge_sql(
                 t.target_ref,
                 spec,
