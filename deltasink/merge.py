@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.spec import MergeSpec
 
-__all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges"]
+__all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges", "replace_predicate"]
 
 SOURCE, TARGET = "s", "t"
 
@@ -143,6 +143,49 @@ def _literal(value: object) -> str | None:
     return None
 
 
+def _spark_literal(value: object) -> str | None:
+    """``value`` as a Spark SQL literal (a string's quotes escaped with backslashes:
+    Spark reads ``'a''b'`` as two adjacent literals, ``'ab'``)."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return _literal(value)
+
+
+def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False) -> str | None:
+    """The predicate selecting the target rows a ``replace`` version replaces, over
+    unqualified target columns: the ``replace_by`` value combinations of ``values``
+    (its distinct rows), and ``replace_where``. ``None``: the version replaces nothing
+    (``replace_by`` and no rows).
+
+    Args:
+        spec: A ``replace`` spec.
+        values: The batch (or its distinct ``replace_by`` rows).
+        spark: Render literals for Spark SQL (else for delta-rs).
+
+    Raises:
+        ValueError: A ``replace_by`` value of a type without a literal here (the batch
+            is checked for such types before it is staged).
+    """
+    literal = _spark_literal if spark else _literal
+    parts = [f"({spec.replace_where})"] if spec.replace_where else []
+    if spec.replace_by:
+        columns = list(spec.replace_by)
+        distinct = values.select(columns).group_by(columns).aggregate([]).to_pylist()
+        if not distinct:
+            return None
+        alternatives = []
+        for row in distinct:
+            terms = []
+            for column in columns:
+                text = literal(row[column])
+                if text is None:
+                    raise ValueError(f"replace_by value {row[column]!r} has no SQL literal")
+                terms.append(f"{quote(column)} = {text}")
+            alternatives.append(" AND ".join(terms))
+        parts.append("(" + " OR ".join(f"({a})" for a in alternatives) + ")")
+    return " AND ".join(parts)
+
+
 def key_ranges(batch: pa.Table, keys: Sequence[str]) -> str | None:
     """A predicate on the target restricting each key to the batch's [min, max].
 
@@ -188,8 +231,8 @@ def compile_merge(
             (a coalesced batch with ``sequence_by`` and deletes), the sequence value
             a target row is compared with.
     """
-    if spec.mode == "append":
-        raise ValueError("append is not a MERGE; write the rows instead")
+    if spec.mode in ("append", "replace"):
+        raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
     on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".

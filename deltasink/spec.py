@@ -11,7 +11,7 @@ from deltasink.errors import ConfigurationError
 
 __all__ = ["MergeMode", "MergeSpec", "NotMatchedBySource"]
 
-MergeMode = Literal["upsert", "insert", "append"]
+MergeMode = Literal["upsert", "insert", "append", "replace"]
 #: What an ``upsert`` does to target rows whose key is not in the batch.
 NotMatchedBySource = Literal["ignore", "delete"]
 
@@ -31,11 +31,18 @@ class MergeSpec:
     * ``"insert"``: insert-if-absent by ``keys``; existing target rows are never
       changed.
     * ``"append"``: every row is appended; no keys. Exactly-once still holds per batch.
+    * ``"replace"``: each version atomically replaces a slice of the target with its
+      rows, in one commit: the target rows whose ``replace_by`` values occur in the
+      batch (and, with ``replace_where``, satisfy it), or with ``replace_where`` alone
+      the target rows satisfying it. Rows that vanished from the source vanish from
+      the target ("reload day D", exactly once). No keys; duplicates are kept. An
+      empty batch with ``replace_by`` replaces nothing; with ``replace_where`` alone it
+      deletes the rows satisfying it.
 
     Args:
         keys: Columns identifying a row. Required for ``upsert`` and ``insert``; they
             must be present and non-null in every batch.
-        mode: One of ``"upsert"``, ``"insert"``, ``"append"``.
+        mode: One of ``"upsert"``, ``"insert"``, ``"append"``, ``"replace"``.
         sequence_by: A column ordering the versions of a key (an event time or a
             sequence number). Within a batch the row with the highest value per key
             wins; against the target, a row older than the target's is ignored (the
@@ -56,6 +63,13 @@ class MergeSpec:
             matched target row has every non-key batch column set except these. Must
             not name a key column nor ``sequence_by``. Every batch must contain them.
 
+        replace_by: Only for ``replace``: the columns whose values select the target
+            rows a version replaces. Integer, string or date columns, present and
+            non-null in every batch (:class:`~deltasink.errors.KeyColumnError`).
+        replace_where: Only for ``replace``: a static SQL predicate over the target's
+            columns (unqualified, e.g. ``"region = 'EU'"``) limiting the rows
+            replaced; every row of a batch must satisfy it (else an
+            :class:`~deltasink.errors.InvalidInputError` before anything is written).
         when_not_matched_by_source: Only for ``upsert``. ``"ignore"`` (default): target
             rows whose key is not in the batch stay. ``"delete"``: each version deletes
             every target row whose key is not among the batch's keys (delete rows and
@@ -68,8 +82,8 @@ class MergeSpec:
             ``"t.region = 'EU'"``); only target rows for which it is true are deleted
             when absent from the batch (a null result keeps the row).
 
-    A spec with ``update_columns``, ``except_columns`` or
-    ``when_not_matched_by_source="delete"`` is not coalesced: its pending versions are
+    A spec with ``update_columns``, ``except_columns``,
+    ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are
     committed one target commit each (see :attr:`coalescable`).
 
     Raises:
@@ -85,11 +99,13 @@ class MergeSpec:
     except_columns: Sequence[str] | None = None
     when_not_matched_by_source: NotMatchedBySource = "ignore"
     not_matched_by_source_condition: str | None = None
+    replace_by: Sequence[str] | None = None
+    replace_where: str | None = None
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
         object.__setattr__(self, "keys", keys)
-        for attr in ("update_columns", "except_columns"):
+        for attr in ("update_columns", "except_columns", "replace_by"):
             value = getattr(self, attr)
             if value is not None:
                 object.__setattr__(self, attr, (value,) if isinstance(value, str) else tuple(value))
@@ -102,6 +118,7 @@ class MergeSpec:
             self.sequence_by,
             *(self.update_columns or ()),
             *(self.except_columns or ()),
+            *(self.replace_by or ()),
         ):
             if name is not None and (not isinstance(name, str) or not name):
                 raise ConfigurationError(
@@ -115,11 +132,11 @@ class MergeSpec:
                 )
         if len(set(keys)) != len(keys):
             raise ConfigurationError(f"MergeSpec.keys has duplicates: {list(keys)}.")
-        if self.mode == "append":
+        if self.mode in ("append", "replace"):
             if keys or self.sequence_by or self.delete_when:
                 raise ConfigurationError(
-                    "MergeSpec(mode='append') takes no keys, sequence_by or delete_when: "
-                    "appended rows are never matched against the target."
+                    f"MergeSpec(mode={self.mode!r}) takes no keys, sequence_by or "
+                    "delete_when: its rows are never matched against the target by key."
                 )
         elif not keys:
             raise ConfigurationError(
@@ -141,6 +158,36 @@ class MergeSpec:
                 )
         self._check_partial_update(keys)
         self._check_not_matched_by_source()
+        self._check_replace()
+
+    def _check_replace(self) -> None:
+        """Validate ``replace_by`` / ``replace_where``."""
+        replacing = self.replace_by is not None or self.replace_where is not None
+        if self.mode != "replace":
+            if replacing:
+                raise ConfigurationError(
+                    "MergeSpec.replace_by and replace_where are only valid with mode='replace'."
+                )
+            return
+        if not replacing:
+            raise ConfigurationError(
+                "MergeSpec(mode='replace') needs replace_by (columns whose values in the "
+                "batch select the rows replaced), replace_where (a predicate), or both."
+            )
+        if self.replace_by is not None:
+            if not self.replace_by:
+                raise ConfigurationError("MergeSpec.replace_by is empty.")
+            if len(set(self.replace_by)) != len(self.replace_by):
+                raise ConfigurationError(
+                    f"MergeSpec.replace_by has duplicates: {list(self.replace_by)}."
+                )
+        if self.replace_where is not None and (
+            not isinstance(self.replace_where, str) or not self.replace_where.strip()
+        ):
+            raise ConfigurationError(
+                "MergeSpec.replace_where must be a non-empty SQL predicate over target "
+                "columns, e.g. \"region = 'EU'\"."
+            )
 
     def _check_not_matched_by_source(self) -> None:
         """Validate ``when_not_matched_by_source`` and its condition."""
@@ -233,6 +280,7 @@ class MergeSpec:
             self.update_columns is None
             and self.except_columns is None
             and self.when_not_matched_by_source == "ignore"
+            and self.mode != "replace"
         )
 
     @property
@@ -244,8 +292,19 @@ class MergeSpec:
 
     @property
     def required_columns(self) -> tuple[str, ...]:
-        """Columns every batch must contain (keys, then ``sequence_by``)."""
-        return (*self.keys, *((self.sequence_by,) if self.sequence_by else ()))
+        """Columns every batch must contain, non-null: keys, then ``sequence_by``, then
+        ``replace_by``."""
+        return (
+            *self.keys,
+            *((self.sequence_by,) if self.sequence_by else ()),
+            *(self.replace_by or ()),
+        )
+
+    def role(self, column: str) -> str:
+        """What a :attr:`required_columns` column is, for messages."""
+        if column == self.sequence_by:
+            return "sequence_by"
+        return "replace_by" if column in (self.replace_by or ()) else "key"
 
     @property
     def listed_columns(self) -> tuple[str, ...]:
@@ -281,4 +340,6 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "except_columns": None,
     "when_not_matched_by_source": "ignore",
     "not_matched_by_source_condition": None,
+    "replace_by": None,
+    "replace_where": None,
 }

@@ -23,6 +23,7 @@ from deltasink import (
     CommitError,
     ConfigurationError,
     DeltaSink,
+    InvalidInputError,
     InvalidVersionError,
     MergeSpec,
     SchemaMismatchError,
@@ -521,6 +522,49 @@ class SinkContract:
         harness.sink(spec).write(harness.rows(), 4)  # an empty batch: every 'x' row goes
         assert harness.contents() == [(3, "c", "keep")]
         assert harness.marker() == 4
+
+    def test_replace_by_reloads_each_slice_exactly_once(self, harness: Harness) -> None:
+        spec = MergeSpec(mode="replace", replace_by=["note"])
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "d1"), (2, "b", "d1"), (3, "c", "d2")), 0)
+        sink.pre_commit(harness.rows((4, "e", "d1")), 1)  # d1 reloaded: 1 and 2 vanish
+        sink.pre_commit(harness.rows((5, "f", "d2"), (6, "g", "d3")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        expected = [(4, "e", "d1"), (5, "f", "d2"), (6, "g", "d3")]
+        assert harness.contents() == expected
+        assert sorted(support.txn_commits(harness.target, harness.app_id)) == [0, 1, 2]
+        assert sink.write(harness.rows((9, "z", "d1")), 1).committed_versions == []  # replay
+        assert harness.contents() == expected
+
+        sink.pre_commit(harness.rows((7, "h", "d1"), (7, "h", "d1")), 3)  # duplicates kept
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        expected = [(5, "f", "d2"), (6, "g", "d3"), (7, "h", "d1"), (7, "h", "d1")]
+        assert harness.contents() == expected
+        assert harness.marker() == 3
+        harness.sink(spec).write(harness.rows(), 4)  # an empty batch replaces nothing
+        assert harness.contents() == expected
+        assert harness.marker() == 4
+
+    def test_replace_where_replaces_the_rows_it_selects(self, harness: Harness) -> None:
+        other = DeltaSink(harness.target, "other", APPEND, **harness.sink_kwargs)
+        other.write(harness.rows((500, "q", "d2")), 0)
+        spec = MergeSpec(mode="replace", replace_where="note = 'd1'")
+        sink = harness.sink(spec)
+        with pytest.raises(InvalidInputError, match=r"do not satisfy MergeSpec\.replace_where"):
+            sink.write(harness.rows((1, "a", "d1"), (2, "b", "d2")), 0)
+        assert harness.marker() is None
+        assert support.staged_versions(sink.staging) == []
+        sink.write(harness.rows((1, "a", "d1")), 0)
+        sink.write(harness.rows((2, "b", "d1")), 1)
+        assert harness.contents() == [(2, "b", "d1"), (500, "q", "d2")]
+        sink.write(harness.rows(), 2)  # an empty batch empties the slice
+        assert harness.contents() == [(500, "q", "d2")]
+        assert harness.marker() == 2
 
 
 class Crash(Exception):

@@ -17,6 +17,9 @@ Two parts, both plain Python over lists of dicts:
   - ``upsert`` with ``when_not_matched_by_source="delete"``: after the batch, every
     target row whose key is not among the batch's keys (any row of the batch counts)
     and for which the condition is true is deleted; an empty batch deletes all of them;
+  - ``replace``: the target rows whose ``replace_by`` values occur in the batch (and
+    satisfy the ``replace_where`` predicate; with it alone, every row satisfying it)
+    are deleted, then every batch row is appended;
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution).
@@ -52,6 +55,9 @@ class Fold:
     #: ``when_not_matched_by_source="delete"``: the condition as a Python predicate on
     #: a target row (``lambda row: True`` without one); ``None``: "ignore".
     delete_absent: Callable[[Row], bool] | None = None
+    replace_by: tuple[str, ...] | None = None
+    #: ``replace_where`` as a Python predicate on a target row.
+    replace_where: Callable[[Row], bool] | None = None
 
     def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
         if self.sequence_by is None:
@@ -70,6 +76,20 @@ class Fold:
             if name not in self.columns:
                 self.columns.append(name)
         if self.mode == "append":
+            self.appended.extend(dict(r) for r in batch)
+            return
+        if self.mode == "replace":
+            by = self.replace_by
+            slices = {tuple(r[c] for c in by) for r in batch} if by is not None else set()
+            where = self.replace_where
+            self.appended = [
+                r
+                for r in self.appended
+                if not (
+                    (by is None or tuple(r.get(c) for c in by) in slices)
+                    and (where is None or where(r))
+                )
+            ]
             self.appended.extend(dict(r) for r in batch)
             return
         present = {tuple(row[k] for k in self.keys) for row in batch}
@@ -108,7 +128,7 @@ class Fold:
 
     def expected(self) -> list[Row]:
         """The model target's rows, every column present (null where never written)."""
-        rows = self.appended if self.mode == "append" else list(self.rows.values())
+        rows = self.appended if self.mode in ("append", "replace") else list(self.rows.values())
         return [{c: r.get(c) for c in self.columns} for r in rows]
 
 

@@ -217,3 +217,91 @@ def test_pending_versions_each_define_the_survivors(tmp_path: Path) -> None:
     assert all(len(r.all_versions) == 1 for r in report.results)
     # v1 deletes 3; v2 deletes 1 and 4 (each version alone); 11, 12 fail the condition
     assert [r["id"] for r in support.rows(target)] == [2, 5, 11, 12]
+
+
+# -- mode="replace" -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "replace"}, "needs replace_by"),
+        ({"mode": "replace", "keys": ["id"], "replace_by": ["d"]}, "takes no keys"),
+        ({"mode": "replace", "replace_by": ["d"], "sequence_by": "s"}, "takes no keys"),
+        ({"mode": "replace", "replace_by": []}, "replace_by is empty"),
+        ({"mode": "replace", "replace_by": ["d", "d"]}, "duplicates"),
+        ({"mode": "replace", "replace_where": " "}, "non-empty SQL predicate"),
+        ({"keys": ["id"], "replace_by": ["d"]}, "only valid with mode='replace'"),
+        ({"mode": "append", "replace_where": "d = 1"}, "only valid with mode='replace'"),
+        (
+            {"mode": "replace", "replace_by": ["d"], "when_not_matched_by_source": "delete"},
+            "only valid with mode='upsert'",
+        ),
+        ({"mode": "replace", "replace_by": ["d"], "update_columns": ["x"]}, "mode='upsert'"),
+    ],
+)
+def test_bad_replace_specs_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        MergeSpec(**kwargs)
+
+
+def test_replace_specs_round_trip_and_are_not_coalesced() -> None:
+    for spec in (
+        MergeSpec(mode="replace", replace_by="day"),
+        MergeSpec(mode="replace", replace_by=["day", "region"], replace_where="region = 'EU'"),
+        MergeSpec(mode="replace", replace_where="day >= '2024-01-01'"),
+    ):
+        assert MergeSpec.from_json(spec.to_json()) == spec
+        assert not spec.coalescable
+    with pytest.raises(ValueError, match="not a MERGE"):
+        compile_merge(MergeSpec(mode="replace", replace_by="d"), ["d"], has_delete=False)
+
+
+def test_replace_predicates_quote_values_for_each_engine() -> None:
+    import datetime as dt
+
+    from deltasink.merge import replace_predicate
+
+    spec = MergeSpec(mode="replace", replace_by=["d", "s"], replace_where="n > 1")
+    values = pa.table({"d": [dt.date(2024, 1, 2)] * 2, "s": ["it's", "it's"], "n": [2, 3]})
+    assert replace_predicate(spec, values) == (
+        "(n > 1) AND ((`d` = CAST('2024-01-02' AS DATE) AND `s` = 'it''s'))"
+    )
+    assert "`s` = 'it\\'s'" in (replace_predicate(spec, values, spark=True) or "")
+    assert replace_predicate(spec, values.slice(0, 0)) is None  # replaces nothing
+
+
+def test_replace_by_columns_must_be_present_non_null_scalars(tmp_path: Path) -> None:
+    from deltasink import KeyColumnError
+
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "app", MergeSpec(mode="replace", replace_by=["d"]))
+    for batch, message in [
+        (pa.table({"x": [1]}), "replace_by column 'd' is missing"),
+        (pa.table({"d": pa.array([None, 1], pa.int64())}), "replace_by column 'd' is null"),
+        (pa.table({"d": [1.5]}), "integers, strings or dates"),
+    ]:
+        with pytest.raises(KeyColumnError, match=message):
+            sink.write(batch, 0)
+    assert not support.exists(target)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_pending_replace_versions_equal_one_by_one(tmp_path: Path, direct: bool) -> None:
+    """Per replace_by value the latest version carrying it wins."""
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "app", MergeSpec(mode="replace", replace_by=["d"]))
+    day = pa.table
+    sink.write(day({"d": [1, 1, 2], "v": ["a", "b", "c"]}), 0)
+    batches = [day({"d": [1], "v": ["x"]}), day({"d": [2, 1], "v": ["y", "z"]})]
+    if direct:
+        for version, batch in enumerate(batches, start=1):
+            sink.write(batch, version)
+    else:
+        for version, batch in enumerate(batches, start=1):
+            sink.pre_commit(batch, version)
+        report = sink.commit(2)
+        assert all(len(r.all_versions) == 1 for r in report.results)
+    rows = sorted((r["d"], r["v"]) for r in support.rows(target, sort_by="d"))
+    assert rows == [(1, "z"), (2, "y")]
+    assert sorted(support.txn_commits(target, "app")) == [0, 1, 2]

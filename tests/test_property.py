@@ -76,12 +76,19 @@ SHAPES: dict[str, dict[str, Any]] = {
         "when_not_matched_by_source": "delete",
         "not_matched_by_source_condition": "t.`v` >= 'b'",
     },
+    "replace-by": {"mode": "replace", "replace_by": "keys"},  # the key columns
+    "replace-by-where": {"mode": "replace", "replace_by": "keys", "replace_where": "v >= 'a'"},
+    "replace-where": {"mode": "replace", "replace_where": "v >= 'a'"},
 }
+
+#: Key types a ``replace_by`` column may have.
+REPLACE_KINDS = ["composite", "date", "int64", "string"]
 
 #: ``not_matched_by_source_condition``s of SHAPES, as the oracle's Python predicates.
 CONDITIONS: dict[str | None, Callable[[Row], bool]] = {
     None: lambda row: True,
     "t.`v` >= 'b'": lambda row: row["v"] is not None and row["v"] >= "b",  # app b's rows
+    "v >= 'a'": lambda row: row["v"] is not None and row["v"] >= "a",  # every row
 }
 
 T0 = dt.datetime(2024, 1, 1)
@@ -135,8 +142,9 @@ POINTS = (
 
 @st.composite
 def histories(draw: Any, shape: str) -> tuple[str, list[tuple[Any, ...]]]:
-    kind = draw(st.sampled_from(sorted(KEY_TYPES)))
-    unique = "sequence_by" not in SHAPES[shape] and SHAPES[shape]["mode"] != "append"
+    mode = SHAPES[shape]["mode"]
+    kind = draw(st.sampled_from(REPLACE_KINDS if mode == "replace" else sorted(KEY_TYPES)))
+    unique = "sequence_by" not in SHAPES[shape] and mode not in ("append", "replace")
     steps = []
     for _ in range(draw(st.integers(2, 10))):
         op = draw(st.sampled_from(OPS))
@@ -165,7 +173,9 @@ class Run:
         # partial updates: a second data column, so "not updated" is visible
         self.partial = "update_columns" in options or "except_columns" in options
         self.keys = key_names(kind)
-        if options["mode"] != "append":
+        if options.get("replace_by") == "keys":
+            options["replace_by"] = self.keys
+        if options["mode"] not in ("append", "replace"):
             options["keys"] = self.keys
         self.spec = MergeSpec(**options)
         self.target = tempfile.mkdtemp(dir=ROOT) + "/target"
@@ -181,6 +191,10 @@ class Run:
                 CONDITIONS[options.get("not_matched_by_source_condition")]
                 if options.get("when_not_matched_by_source") == "delete"
                 else None
+            ),
+            replace_by=_tuple(options.get("replace_by")),
+            replace_where=(
+                CONDITIONS[options["replace_where"]] if "replace_where" in options else None
             ),
         )
         self.models = {"a": Protocol(fold), "b": Protocol(fold)}
