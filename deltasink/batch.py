@@ -282,7 +282,7 @@ def check_required(table: pa.Table, spec: MergeSpec) -> None:
                 column=name,
             )
         nulls = table.column(name).null_count
-        if nulls:
+        if nulls and not spec.nullable(name):
             raise KeyColumnError(
                 f"{role} column {name!r} is null in {nulls} row(s) of the batch; every row "
                 f"needs a {role}. Filter or fill them in the job.",

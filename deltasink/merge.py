@@ -233,7 +233,13 @@ def compile_merge(
     """
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
-    on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+    if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
+        # `a IS NOT DISTINCT FROM b AND c` as `a IS NOT DISTINCT FROM (b AND c)`
+        on = " AND ".join(
+            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)})" for k in spec.keys
+        )
+    else:
+        on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")

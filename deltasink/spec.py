@@ -70,6 +70,10 @@ class MergeSpec:
             columns (unqualified, e.g. ``"region = 'EU'"``) limiting the rows
             replaced; every row of a batch must satisfy it (else an
             :class:`~deltasink.errors.InvalidInputError` before anything is written).
+        null_safe_keys: Only with keys (``upsert``/``insert``): key columns may be
+            null, and a null key value matches a null one (``IS NOT DISTINCT FROM``,
+            Spark's ``<=>``), so a key with nulls is still one row. Key-range file
+            pruning is off for it (a range says nothing about nulls).
         when_not_matched_by_source: Only for ``upsert``. ``"ignore"`` (default): target
             rows whose key is not in the batch stay. ``"delete"``: each version deletes
             every target row whose key is not among the batch's keys (delete rows and
@@ -101,6 +105,7 @@ class MergeSpec:
     not_matched_by_source_condition: str | None = None
     replace_by: Sequence[str] | None = None
     replace_where: str | None = None
+    null_safe_keys: bool = False
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
@@ -159,6 +164,14 @@ class MergeSpec:
         self._check_partial_update(keys)
         self._check_not_matched_by_source()
         self._check_replace()
+        if not isinstance(self.null_safe_keys, bool):
+            raise ConfigurationError(
+                f"MergeSpec.null_safe_keys must be True or False, got {self.null_safe_keys!r}."
+            )
+        if self.null_safe_keys and not keys:
+            raise ConfigurationError(
+                "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
+            )
 
     def _check_replace(self) -> None:
         """Validate ``replace_by`` / ``replace_where``."""
@@ -287,8 +300,14 @@ class MergeSpec:
     def prunable(self) -> bool:
         """Whether the MERGE may restrict the target to the batch's key range (file
         pruning). Not when it deletes target rows absent from the batch: every row
-        outside the range would be "not matched by source"."""
-        return self.when_not_matched_by_source == "ignore"
+        outside the range would be "not matched by source"; nor with null-safe keys:
+        a null key lies in no range, so its target row would not match."""
+        return self.when_not_matched_by_source == "ignore" and not self.null_safe_keys
+
+    def nullable(self, column: str) -> bool:
+        """Whether a :attr:`required_columns` column may hold nulls (a key, with
+        ``null_safe_keys``)."""
+        return self.null_safe_keys and column in self.keys
 
     @property
     def required_columns(self) -> tuple[str, ...]:
@@ -342,4 +361,5 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "not_matched_by_source_condition": None,
     "replace_by": None,
     "replace_where": None,
+    "null_safe_keys": False,
 }

@@ -23,8 +23,10 @@ from deltasink import (
     CommitError,
     ConfigurationError,
     DeltaSink,
+    DuplicateKeyError,
     InvalidInputError,
     InvalidVersionError,
+    KeyColumnError,
     MergeSpec,
     SchemaMismatchError,
     StorageError,
@@ -67,7 +69,7 @@ class Harness:
     def batch(self, *ids: int) -> Any:
         return self.make_batch(list(ids))
 
-    def rows(self, *rows: tuple[int, str, str]) -> Any:
+    def rows(self, *rows: tuple[int | None, str, str]) -> Any:
         """A batch of ``(id, value, note)`` rows."""
         ids, values, notes = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
         table = pa.table(
@@ -79,7 +81,7 @@ class Harness:
         )
         return self.make_table(table)
 
-    def contents(self) -> list[tuple[Any, ...]]:
+    def contents(self) -> list[tuple[Any, ...]]:  # nulls last
         """The target's ``(id, value, note)`` rows, by id."""
         return [(r["id"], r["value"], r.get("note")) for r in support.rows(self.target)]
 
@@ -565,6 +567,34 @@ class SinkContract:
         sink.write(harness.rows(), 2)  # an empty batch empties the slice
         assert harness.contents() == [(500, "q", "d2")]
         assert harness.marker() == 2
+
+    def test_null_safe_keys_match_null_with_null(self, harness: Harness) -> None:
+        spec = MergeSpec(keys=["id"], null_safe_keys=True)
+        sink = harness.sink(spec)
+        sink.write(harness.rows((None, "a", "n1"), (1, "b", "n1")), 0)
+        sink.pre_commit(harness.rows((None, "c", "n2")), 1)
+        sink.pre_commit(harness.rows((None, "d", "n3"), (2, "e", "n3")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        expected = [(1, "b", "n1"), (2, "e", "n3"), (None, "d", "n3")]  # one null-key row
+        assert harness.contents() == expected
+        assert harness.marker() == 2
+        assert sink.write(harness.rows((None, "z", "z")), 1).committed_versions == []
+        assert harness.contents() == expected
+
+        sink.pre_commit(harness.rows((None, "f", "n4")), 3)
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        assert harness.contents() == [(1, "b", "n1"), (2, "e", "n3"), (None, "f", "n4")]
+        assert harness.marker() == 3
+        with pytest.raises(DuplicateKeyError):
+            sink.write(harness.rows((None, "g", "x"), (None, "h", "y")), 4)
+        with pytest.raises(KeyColumnError, match="is null"):
+            harness.sink(MergeSpec(keys=["id"])).write(harness.rows((None, "i", "x")), 4)
+        assert harness.marker() == 3
 
 
 class Crash(Exception):

@@ -20,6 +20,8 @@ Two parts, both plain Python over lists of dicts:
   - ``replace``: the target rows whose ``replace_by`` values occur in the batch (and
     satisfy the ``replace_where`` predicate; with it alone, every row satisfying it)
     are deleted, then every batch row is appended;
+  - with ``null_safe_keys`` a key column may be null, and null equals null: a key
+    with nulls is one key like any other (Python's ``None == None``);
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution).

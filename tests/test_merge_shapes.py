@@ -305,3 +305,51 @@ def test_pending_replace_versions_equal_one_by_one(tmp_path: Path, direct: bool)
     rows = sorted((r["d"], r["v"]) for r in support.rows(target, sort_by="d"))
     assert rows == [(1, "z"), (2, "y")]
     assert sorted(support.txn_commits(target, "app")) == [0, 1, 2]
+
+
+# -- null_safe_keys -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "append", "null_safe_keys": True}, "needs keys"),
+        ({"mode": "replace", "replace_by": ["d"], "null_safe_keys": True}, "needs keys"),
+        ({"keys": ["id"], "null_safe_keys": "yes"}, "True or False"),
+    ],
+)
+def test_bad_null_safe_specs_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        MergeSpec(**kwargs)
+
+
+def test_null_safe_keys_round_trip_join_null_safely_and_are_not_pruned() -> None:
+    spec = MergeSpec(keys=["a", "b"], null_safe_keys=True, mode="insert")
+    assert MergeSpec.from_json(spec.to_json()) == spec
+    assert "null_safe_keys" not in json.loads(MergeSpec(keys=["a"]).to_json())
+    assert spec.coalescable
+    assert not spec.prunable
+    plan = compile_merge(spec, ["a", "b", "v"], has_delete=False)
+    assert plan.on == ("(t.`a` IS NOT DISTINCT FROM s.`a`) AND (t.`b` IS NOT DISTINCT FROM s.`b`)")
+
+
+def test_null_sequence_values_stay_refused_with_null_safe_keys(tmp_path: Path) -> None:
+    from deltasink import KeyColumnError
+
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "app", MergeSpec(keys=["k"], sequence_by="s", null_safe_keys=True))
+    batch = pa.table({"k": pa.array([None], pa.int64()), "s": pa.array([None], pa.int64())})
+    with pytest.raises(KeyColumnError, match="sequence_by column 's' is null"):
+        sink.write(batch, 0)
+    assert not support.exists(target)
+
+
+def test_null_keys_outside_every_files_range_still_match(tmp_path: Path) -> None:
+    """The insert-only fast path and key-range pruning would miss a null key's
+    target row (statistics say nothing about nulls): both are off."""
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "app", MergeSpec(keys=["k"], null_safe_keys=True))
+    sink.write(pa.table({"k": pa.array([None, 1], pa.int64()), "v": ["a", "b"]}), 0)
+    sink.write(pa.table({"k": pa.array([None, 50], pa.int64()), "v": ["c", "d"]}), 1)
+    rows = sorted(((r["k"] or 0), r["v"]) for r in support.rows(target, sort_by="v"))
+    assert rows == [(0, "c"), (1, "b"), (50, "d")]

@@ -79,6 +79,15 @@ SHAPES: dict[str, dict[str, Any]] = {
     "replace-by": {"mode": "replace", "replace_by": "keys"},  # the key columns
     "replace-by-where": {"mode": "replace", "replace_by": "keys", "replace_where": "v >= 'a'"},
     "replace-where": {"mode": "replace", "replace_where": "v >= 'a'"},
+    # key index 0 has a null first key column (tests the null-safe match)
+    "upsert-null-safe": {"mode": "upsert", "null_safe_keys": True},
+    "insert-null-safe": {"mode": "insert", "null_safe_keys": True},
+    "upsert-sequence-delete-null-safe": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "null_safe_keys": True,
+    },
 }
 
 #: Key types a ``replace_by`` column may have.
@@ -210,6 +219,8 @@ class Run:
         rows = []
         for i, (key, seq, delete) in enumerate(drawn):
             row: Row = dict(zip(self.keys, KEY_TYPES[self.kind][1](key), strict=True))
+            if self.spec.null_safe_keys and key == 0:
+                row[self.keys[0]] = None
             row["v"] = f"{app}{version}.{i}"
             if self.partial:
                 row["w"] = f"w{app}{version}.{i}"

@@ -102,7 +102,7 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     ]
     stats = _batch_stats(frame, spec, not_null)
     for i, name in enumerate(spec.required_columns):
-        if stats[f"null_{i}"]:
+        if stats[f"null_{i}"] and not spec.nullable(name):
             role = spec.role(name)
             raise KeyColumnError(
                 f"{role} column {name!r} is null in {stats[f'null_{i}']} row(s) of the batch; "
@@ -150,7 +150,10 @@ def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[s
             f"sum(CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END) AS `notnull_{i}`"
         )
     if spec.keys:
-        exprs.append(f"count(DISTINCT {', '.join(quote(k) for k in spec.keys)}) AS `keys`")
+        listed = ", ".join(quote(k) for k in spec.keys)
+        # count(DISTINCT a, b) skips rows with a null; a struct is never null
+        distinct = f"struct({listed})" if spec.null_safe_keys else listed
+        exprs.append(f"count(DISTINCT {distinct}) AS `keys`")
     row = frame.selectExpr(*exprs).collect()[0].asDict()
     return {k: int(v or 0) for k, v in row.items()}
 
