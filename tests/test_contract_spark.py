@@ -587,7 +587,16 @@ def test_the_ledger_uses_the_active_session_and_never_starts_the_embedded_engine
 #: The oracle property suite on this engine: a bounded profile here (each history runs
 #: twice, every step several Spark jobs); ``DELTASINK_SPARK_PROPERTY_EXAMPLES=N`` and
 #: ``DELTASINK_SPARK_PROPERTY_SHAPES=all`` for a longer run.
-SPARK_PROPERTY_SHAPES = ("append", "insert", "upsert-sequence-delete")
+SPARK_PROPERTY_SHAPES = (
+    "append",
+    "insert",
+    "upsert-sequence-delete",
+    # one of each newer MergeSpec shape, combined with sequence_by and deletes
+    "upsert-sequence-delete-update-columns",
+    "upsert-sequence-delete-absent-condition",
+    "upsert-sequence-delete-null-safe",
+    "replace-by-where",
+)
 if os.environ.get("DELTASINK_SPARK_PROPERTY_SHAPES") == "all":
     from tests.test_property import SHAPES as _ALL_SHAPES
 
