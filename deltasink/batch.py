@@ -28,6 +28,7 @@ from deltasink.spec import RESERVED_PREFIX, MergeSpec
 __all__ = [
     "DELETE_COLUMN",
     "GUARD_COLUMN",
+    "check_replace_where",
     "check_required",
     "collect",
     "delete_expr",
@@ -161,15 +162,63 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
         data = data.read_all()
     if isinstance(data, pa.Table):
         _check_names(data.column_names)
+        if spec.replace_where:
+            check_replace_where(_arrow_frame(data), spec, data.column_names)
         if not spec.delete_when:
             return data
         return _flag_arrow(data, spec)
     if is_spark_dataframe(data):
-        return _spark_to_arrow(data, spec)
+        frame: Any = data
+        _check_names(list(frame.columns))
+        if spec.replace_where:
+            check_replace_where(frame, spec, list(frame.columns))
+        return _spark_to_arrow(frame, spec)
     raise InvalidInputError(
         "a batch must be a PySpark DataFrame (classic or Spark Connect), a pyarrow.Table, "
         f"RecordBatch or RecordBatchReader; got {type(data).__module__}.{type(data).__name__}."
     )
+
+
+def outside_replace_where(predicate: str) -> str:
+    """A Spark SQL expression true for a row ``replace_where`` does not hold for."""
+    return f"NOT coalesce(({predicate}), false)"
+
+
+def check_replace_where(frame: Any, spec: MergeSpec, columns: Sequence[str]) -> None:
+    """Every row of ``frame`` (a Spark DataFrame of the batch) satisfies
+    ``replace_where``: a version replaces only rows the predicate selects, so it may
+    only write such rows (Delta refuses the others at commit time; deltasink before
+    anything is written).
+
+    Raises:
+        InvalidInputError: Some rows do not satisfy it, or it does not evaluate.
+    """
+    assert spec.replace_where is not None
+    try:
+        outside = int(frame.where(outside_replace_where(spec.replace_where)).count())
+    except Exception as exc:
+        raise InvalidInputError(
+            f"MergeSpec.replace_where {spec.replace_where!r} is not a valid Spark SQL "
+            f"predicate over the batch columns {list(columns)}: {exc}"
+        ) from exc
+    if outside:
+        raise InvalidInputError(
+            f"{outside} row(s) of the batch do not satisfy MergeSpec.replace_where "
+            f"{spec.replace_where!r}: a version may only write rows of the slice it "
+            "replaces. Filter them in the job."
+        )
+
+
+def _arrow_frame(data: pa.Table) -> Any:
+    """``data`` as a DataFrame of the embedded engine (Spark SQL over Arrow rows)."""
+    from deltasink.backends.embedded.session import embedded_spark
+
+    spark = embedded_spark()
+    if data.num_rows == 0:  # Spark cannot infer a schema from no rows: give it one
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return spark.createDataFrame([], schema=from_arrow_schema(data.schema))
+    return spark.createDataFrame(data)
 
 
 def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
@@ -208,8 +257,16 @@ def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
 
 
 def check_required(table: pa.Table, spec: MergeSpec) -> None:
+    """The key and ``sequence_by`` columns are present, scalar and non-null; the
+    ``update_columns``/``except_columns`` are present.
+
+    Raises:
+        KeyColumnError: A key or ``sequence_by`` column is missing, nested or null.
+        SchemaMismatchError: A column ``update_columns``/``except_columns`` names is
+            missing from the batch.
+    """
     for name in spec.required_columns:
-        role = "sequence_by" if name == spec.sequence_by else "key"
+        role = spec.role(name)
         if name not in table.column_names:
             raise KeyColumnError(
                 f"{role} column {name!r} is missing from the batch, whose columns are "
@@ -225,12 +282,35 @@ def check_required(table: pa.Table, spec: MergeSpec) -> None:
                 column=name,
             )
         nulls = table.column(name).null_count
-        if nulls:
+        if nulls and not spec.nullable(name):
             raise KeyColumnError(
                 f"{role} column {name!r} is null in {nulls} row(s) of the batch; every row "
                 f"needs a {role}. Filter or fill them in the job.",
                 column=name,
             )
+
+    for name in spec.replace_by or ():
+        kind = table.schema.field(name).type
+        if not (
+            pa.types.is_integer(kind)
+            or pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or pa.types.is_date(kind)
+        ):
+            raise KeyColumnError(
+                f"replace_by column {name!r} has the type {kind}; replace_by columns must "
+                "be integers, strings or dates (their values become SQL literals).",
+                column=name,
+            )
+    listing = "update_columns" if spec.update_columns is not None else "except_columns"
+    missing = [c for c in spec.listed_columns if c not in table.column_names]
+    if missing:
+        raise SchemaMismatchError(
+            f"MergeSpec.{listing} names {missing}, missing from the batch, whose columns "
+            f"are {[c for c in table.column_names if c != DELETE_COLUMN]}; every batch "
+            "must contain them.",
+            column=missing[0],
+        )
 
 
 SortOrder = Literal["ascending", "descending"]

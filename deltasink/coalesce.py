@@ -89,7 +89,11 @@ def _fold_with_deletes(combined: pa.Table, keys: Sequence[str], sequence_by: str
     starts[0] = True
     for key in keys:
         column: Any = rows.column(key)
-        differs: Any = pc.fill_null(pc.not_equal(column.slice(1), column.slice(0, n - 1)), True)
+        after, before = column.slice(1), column.slice(0, n - 1)
+        both_null = pc.and_(pc.is_null(after), pc.is_null(before))  # null-safe keys
+        differs: Any = pc.and_(
+            pc.fill_null(pc.not_equal(after, before), True), pc.invert(both_null)
+        )
         starts[1:] |= np.asarray(differs.to_numpy(zero_copy_only=False), dtype=bool)
     group = np.cumsum(starts) - 1
     rank = np.asarray(

@@ -10,8 +10,10 @@ For ``upsert`` the clauses are, in order (first matching clause wins)::
     WHEN MATCHED AND s.delete [AND newer] THEN DELETE
     WHEN MATCHED [AND NOT s.delete] [AND newer] THEN UPDATE SET <columns>
     WHEN NOT MATCHED [AND NOT s.delete] THEN INSERT <columns>
+    [WHEN NOT MATCHED BY SOURCE [AND <condition>] THEN DELETE]
 
-where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set (a
+(the last one with ``when_not_matched_by_source="delete"``, never with a key-range
+pruning predicate in ``ON``), where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set (a
 coalesced batch compares ``s.<guard>`` instead of ``s.seq``: see
 :func:`deltasink.batch.coalesce`).
 ``insert`` has only the last clause; ``append`` is not a MERGE at all.
@@ -30,7 +32,7 @@ import pyarrow.compute as pc
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.spec import MergeSpec
 
-__all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges"]
+__all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges", "replace_predicate"]
 
 SOURCE, TARGET = "s", "t"
 
@@ -39,7 +41,7 @@ SOURCE, TARGET = "s", "t"
 class Clause:
     """One ``WHEN`` clause of a MERGE."""
 
-    when: Literal["matched", "not_matched"]
+    when: Literal["matched", "not_matched", "not_matched_by_source"]
     action: Literal["update", "delete", "insert"]
     condition: str | None = None
 
@@ -52,7 +54,9 @@ class MergePlan:
         on: The join condition between target ``t`` and source ``s``.
         clauses: ``WHEN`` clauses, in evaluation order.
         insert_columns: Columns written by ``INSERT``.
-        update_columns: Columns written by ``UPDATE SET`` (the non-key columns).
+        update_columns: Columns written by ``UPDATE SET``: the non-key columns, or
+            those :meth:`MergeSpec.updated` keeps (``update_columns`` /
+            ``except_columns``).
     """
 
     on: str
@@ -67,7 +71,9 @@ class MergePlan:
     def apply_to(self, merger: Any) -> Any:
         """Add the clauses to a delta-rs ``TableMerger`` and return it."""
         for clause in self.clauses:
-            if clause.action == "delete":
+            if clause.when == "not_matched_by_source":
+                merger = merger.when_not_matched_by_source_delete(predicate=clause.condition)
+            elif clause.action == "delete":
                 merger = merger.when_matched_delete(predicate=clause.condition)
             elif clause.action == "update":
                 if not self.update_columns:
@@ -90,7 +96,11 @@ class MergePlan:
         """
         lines = [f"MERGE INTO {target} AS {TARGET}", f"USING {source} AS {SOURCE}", f"ON {self.on}"]
         for clause in self.clauses:
-            head = "WHEN MATCHED" if clause.when == "matched" else "WHEN NOT MATCHED"
+            head = {
+                "matched": "WHEN MATCHED",
+                "not_matched": "WHEN NOT MATCHED",
+                "not_matched_by_source": "WHEN NOT MATCHED BY SOURCE",
+            }[clause.when]
             if clause.condition:
                 head += f" AND ({clause.condition})"
             if clause.action == "delete":
@@ -131,6 +141,49 @@ def _literal(value: object) -> str | None:
     if isinstance(value, datetime.date):
         return f"CAST('{value.isoformat()}' AS DATE)"
     return None
+
+
+def _spark_literal(value: object) -> str | None:
+    """``value`` as a Spark SQL literal (a string's quotes escaped with backslashes:
+    Spark reads ``'a''b'`` as two adjacent literals, ``'ab'``)."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return _literal(value)
+
+
+def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False) -> str | None:
+    """The predicate selecting the target rows a ``replace`` version replaces, over
+    unqualified target columns: the ``replace_by`` value combinations of ``values``
+    (its distinct rows), and ``replace_where``. ``None``: the version replaces nothing
+    (``replace_by`` and no rows).
+
+    Args:
+        spec: A ``replace`` spec.
+        values: The batch (or its distinct ``replace_by`` rows).
+        spark: Render literals for Spark SQL (else for delta-rs).
+
+    Raises:
+        ValueError: A ``replace_by`` value of a type without a literal here (the batch
+            is checked for such types before it is staged).
+    """
+    literal = _spark_literal if spark else _literal
+    parts = [f"({spec.replace_where})"] if spec.replace_where else []
+    if spec.replace_by:
+        columns = list(spec.replace_by)
+        distinct = values.select(columns).group_by(columns).aggregate([]).to_pylist()
+        if not distinct:
+            return None
+        alternatives = []
+        for row in distinct:
+            terms = []
+            for column in columns:
+                text = literal(row[column])
+                if text is None:
+                    raise ValueError(f"replace_by value {row[column]!r} has no SQL literal")
+                terms.append(f"{quote(column)} = {text}")
+            alternatives.append(" AND ".join(terms))
+        parts.append("(" + " OR ".join(f"({a})" for a in alternatives) + ")")
+    return " AND ".join(parts)
 
 
 def key_ranges(batch: pa.Table, keys: Sequence[str]) -> str | None:
@@ -178,13 +231,22 @@ def compile_merge(
             (a coalesced batch with ``sequence_by`` and deletes), the sequence value
             a target row is compared with.
     """
-    if spec.mode == "append":
-        raise ValueError("append is not a MERGE; write the rows instead")
-    on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+    if spec.mode in ("append", "replace"):
+        raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
+    if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
+        # `a IS NOT DISTINCT FROM b AND c` as `a IS NOT DISTINCT FROM (b AND c)`
+        on = " AND ".join(
+            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)})" for k in spec.keys
+        )
+    else:
+        on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+    if prune and not spec.prunable:
+        # Every target row outside the pruned range would be "not matched by source".
+        raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
     if prune:
         on = f"{on} AND {prune}"
     data_columns = tuple(c for c in columns if c not in (DELETE_COLUMN, GUARD_COLUMN))
-    updates = tuple(c for c in data_columns if c not in spec.keys)
+    updates = spec.updated(data_columns)
     is_delete = f"{SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
     not_delete = f"NOT {SOURCE}.{quote(DELETE_COLUMN)}" if has_delete else None
     newer = None
@@ -198,4 +260,8 @@ def compile_merge(
             clauses.append(Clause("matched", "delete", _and(is_delete, newer)))
         clauses.append(Clause("matched", "update", _and(not_delete, newer)))
     clauses.append(Clause("not_matched", "insert", not_delete if spec.mode == "upsert" else None))
+    if spec.when_not_matched_by_source == "delete":
+        clauses.append(
+            Clause("not_matched_by_source", "delete", spec.not_matched_by_source_condition)
+        )
     return MergePlan(on, tuple(clauses), data_columns, updates)

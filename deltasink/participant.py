@@ -105,6 +105,12 @@ class SupportsCoalescing(Protocol):
     without any part of any of them.
     """
 
+    def can_coalesce(self) -> bool:
+        """Whether the staged versions' :class:`~deltasink.spec.MergeSpec` allows one
+        commit for several of them (:attr:`~deltasink.spec.MergeSpec.coalescable`);
+        when not, the core publishes them one by one."""
+        ...
+
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         """Apply ``staged`` (ascending, ≥ 2 versions) in one commit; idempotent."""
         ...

@@ -322,7 +322,12 @@ class TwoPhaseCommit(Generic[B]):
 
     def _groups(self, todo: Sequence[StagedVersion]) -> list[list[StagedVersion]]:
         """Runs of versions to publish together (singletons unless coalescing)."""
-        if not (self.coalesce and isinstance(self.participant, SupportsCoalescing)):
+        if not (
+            self.coalesce
+            and len(todo) > 1
+            and isinstance(self.participant, SupportsCoalescing)
+            and self.participant.can_coalesce()
+        ):
             return [[s] for s in todo]
         groups: list[list[StagedVersion]] = []
         rows = 0

@@ -99,7 +99,10 @@ class DeltaSink:
             ``transaction_timeout * ratio``.
         coalesce: When several versions are pending, commit them in one target commit
             (the marker of the highest version; the same result as committing them one
-            by one). Falls back to one by one if that commit fails.
+            by one). Falls back to one by one if that commit fails. Specs whose
+            versions cannot be folded into one (``update_columns``/``except_columns``,
+            ``when_not_matched_by_source="delete"``, ``mode="replace"``: see
+            :attr:`MergeSpec.coalescable`) always commit one by one.
         on_stale: A ``write``/``pre_commit`` of a version *below* the committed one
             (an old batch sent again, or versions that went backwards; a replay of the
             last committed version is normal after a crash and always a silent no-op):

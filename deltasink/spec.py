@@ -9,9 +9,11 @@ from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
 
-__all__ = ["MergeMode", "MergeSpec"]
+__all__ = ["MergeMode", "MergeSpec", "NotMatchedBySource"]
 
-MergeMode = Literal["upsert", "insert", "append"]
+MergeMode = Literal["upsert", "insert", "append", "replace"]
+#: What an ``upsert`` does to target rows whose key is not in the batch.
+NotMatchedBySource = Literal["ignore", "delete"]
 
 #: Column-name prefix reserved for deltasink's own columns in the staging table.
 RESERVED_PREFIX = "_deltasink_"
@@ -29,11 +31,18 @@ class MergeSpec:
     * ``"insert"``: insert-if-absent by ``keys``; existing target rows are never
       changed.
     * ``"append"``: every row is appended; no keys. Exactly-once still holds per batch.
+    * ``"replace"``: each version atomically replaces a slice of the target with its
+      rows, in one commit: the target rows whose ``replace_by`` values occur in the
+      batch (and, with ``replace_where``, satisfy it), or with ``replace_where`` alone
+      the target rows satisfying it. Rows that vanished from the source vanish from
+      the target ("reload day D", exactly once). No keys; duplicates are kept. An
+      empty batch with ``replace_by`` replaces nothing; with ``replace_where`` alone it
+      deletes the rows satisfying it.
 
     Args:
         keys: Columns identifying a row. Required for ``upsert`` and ``insert``; they
             must be present and non-null in every batch.
-        mode: One of ``"upsert"``, ``"insert"``, ``"append"``.
+        mode: One of ``"upsert"``, ``"insert"``, ``"append"``, ``"replace"``.
         sequence_by: A column ordering the versions of a key (an event time or a
             sequence number). Within a batch the row with the highest value per key
             wins; against the target, a row older than the target's is ignored (the
@@ -45,6 +54,41 @@ class MergeSpec:
         schema_evolution: Add batch columns that the target does not have yet
             (otherwise such a batch is rejected with a
             :class:`~deltasink.errors.SchemaMismatchError`).
+        update_columns: Only for ``upsert``: a matched target row has only these
+            columns set from the batch row; its other columns keep their values.
+            Inserted rows still get every column of the batch. Must not name a key
+            column; must name ``sequence_by`` when that is set (the target's sequence
+            must follow the row that updated it). Every batch must contain them.
+        except_columns: Only for ``upsert``, exclusive with ``update_columns``: a
+            matched target row has every non-key batch column set except these. Must
+            not name a key column nor ``sequence_by``. Every batch must contain them.
+
+        replace_by: Only for ``replace``: the columns whose values select the target
+            rows a version replaces. Integer, string or date columns, present and
+            non-null in every batch (:class:`~deltasink.errors.KeyColumnError`).
+        replace_where: Only for ``replace``: a static SQL predicate over the target's
+            columns (unqualified, e.g. ``"region = 'EU'"``) limiting the rows
+            replaced; every row of a batch must satisfy it (else an
+            :class:`~deltasink.errors.InvalidInputError` before anything is written).
+        null_safe_keys: Only with keys (``upsert``/``insert``): key columns may be
+            null, and a null key value matches a null one (``IS NOT DISTINCT FROM``,
+            Spark's ``<=>``), so a key with nulls is still one row. Key-range file
+            pruning is off for it (a range says nothing about nulls).
+        when_not_matched_by_source: Only for ``upsert``. ``"ignore"`` (default): target
+            rows whose key is not in the batch stay. ``"delete"``: each version deletes
+            every target row whose key is not among the batch's keys (delete rows and
+            rows ignored as older by ``sequence_by`` count as present), in the same
+            commit; an empty batch deletes every such row. Key-range file pruning is
+            off for this shape (every target row outside the batch's key range would
+            count as absent and be deleted), so its MERGE reads the whole target.
+        not_matched_by_source_condition: With ``"delete"`` only: a SQL predicate over
+            the target's columns, qualified with the target alias ``t`` (e.g.
+            ``"t.region = 'EU'"``); only target rows for which it is true are deleted
+            when absent from the batch (a null result keeps the row).
+
+    A spec with ``update_columns``, ``except_columns``,
+    ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are
+    committed one target commit each (see :attr:`coalescable`).
 
     Raises:
         ConfigurationError: The combination is invalid (e.g. ``upsert`` without keys).
@@ -55,15 +99,32 @@ class MergeSpec:
     sequence_by: str | None = None
     delete_when: str | None = None
     schema_evolution: bool = False
+    update_columns: Sequence[str] | None = None
+    except_columns: Sequence[str] | None = None
+    when_not_matched_by_source: NotMatchedBySource = "ignore"
+    not_matched_by_source_condition: str | None = None
+    replace_by: Sequence[str] | None = None
+    replace_where: str | None = None
+    null_safe_keys: bool = False
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
         object.__setattr__(self, "keys", keys)
+        for attr in ("update_columns", "except_columns", "replace_by"):
+            value = getattr(self, attr)
+            if value is not None:
+                object.__setattr__(self, attr, (value,) if isinstance(value, str) else tuple(value))
         if self.mode not in get_args(MergeMode):
             raise ConfigurationError(
                 f"MergeSpec.mode must be one of {list(get_args(MergeMode))}, got {self.mode!r}."
             )
-        for name in (*keys, self.sequence_by):
+        for name in (
+            *keys,
+            self.sequence_by,
+            *(self.update_columns or ()),
+            *(self.except_columns or ()),
+            *(self.replace_by or ()),
+        ):
             if name is not None and (not isinstance(name, str) or not name):
                 raise ConfigurationError(
                     f"MergeSpec column names must be non-empty strings, got {name!r}."
@@ -76,11 +137,11 @@ class MergeSpec:
                 )
         if len(set(keys)) != len(keys):
             raise ConfigurationError(f"MergeSpec.keys has duplicates: {list(keys)}.")
-        if self.mode == "append":
+        if self.mode in ("append", "replace"):
             if keys or self.sequence_by or self.delete_when:
                 raise ConfigurationError(
-                    "MergeSpec(mode='append') takes no keys, sequence_by or delete_when: "
-                    "appended rows are never matched against the target."
+                    f"MergeSpec(mode={self.mode!r}) takes no keys, sequence_by or "
+                    "delete_when: its rows are never matched against the target by key."
                 )
         elif not keys:
             raise ConfigurationError(
@@ -100,20 +161,205 @@ class MergeSpec:
                 raise ConfigurationError(
                     "delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
+        self._check_partial_update(keys)
+        self._check_not_matched_by_source()
+        self._check_replace()
+        if not isinstance(self.null_safe_keys, bool):
+            raise ConfigurationError(
+                f"MergeSpec.null_safe_keys must be True or False, got {self.null_safe_keys!r}."
+            )
+        if self.null_safe_keys and not keys:
+            raise ConfigurationError(
+                "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
+            )
+
+    def _check_replace(self) -> None:
+        """Validate ``replace_by`` / ``replace_where``."""
+        replacing = self.replace_by is not None or self.replace_where is not None
+        if self.mode != "replace":
+            if replacing:
+                raise ConfigurationError(
+                    "MergeSpec.replace_by and replace_where are only valid with mode='replace'."
+                )
+            return
+        if not replacing:
+            raise ConfigurationError(
+                "MergeSpec(mode='replace') needs replace_by (columns whose values in the "
+                "batch select the rows replaced), replace_where (a predicate), or both."
+            )
+        if self.replace_by is not None:
+            if not self.replace_by:
+                raise ConfigurationError("MergeSpec.replace_by is empty.")
+            if len(set(self.replace_by)) != len(self.replace_by):
+                raise ConfigurationError(
+                    f"MergeSpec.replace_by has duplicates: {list(self.replace_by)}."
+                )
+        if self.replace_where is not None and (
+            not isinstance(self.replace_where, str) or not self.replace_where.strip()
+        ):
+            raise ConfigurationError(
+                "MergeSpec.replace_where must be a non-empty SQL predicate over target "
+                "columns, e.g. \"region = 'EU'\"."
+            )
+
+    def _check_not_matched_by_source(self) -> None:
+        """Validate ``when_not_matched_by_source`` and its condition."""
+        choice, condition = self.when_not_matched_by_source, self.not_matched_by_source_condition
+        if choice not in get_args(NotMatchedBySource):
+            raise ConfigurationError(
+                "MergeSpec.when_not_matched_by_source must be one of "
+                f"{list(get_args(NotMatchedBySource))}, got {choice!r}."
+            )
+        if choice == "delete" and self.mode != "upsert":
+            raise ConfigurationError(
+                "MergeSpec(when_not_matched_by_source='delete') is only valid with "
+                f"mode='upsert', not mode={self.mode!r}."
+            )
+        if condition is not None:
+            if choice != "delete":
+                raise ConfigurationError(
+                    "MergeSpec.not_matched_by_source_condition needs "
+                    "when_not_matched_by_source='delete'."
+                )
+            if not isinstance(condition, str) or not condition.strip():
+                raise ConfigurationError(
+                    "MergeSpec.not_matched_by_source_condition must be a non-empty SQL "
+                    "predicate over target columns qualified with t, e.g. \"t.region = 'EU'\"."
+                )
+
+    def _check_partial_update(self, keys: tuple[str, ...]) -> None:
+        """Validate ``update_columns`` / ``except_columns``."""
+        if self.update_columns is not None and self.except_columns is not None:
+            raise ConfigurationError(
+                "MergeSpec takes update_columns or except_columns, not both: list the "
+                "columns to update, or the ones to leave alone."
+            )
+        for attr in ("update_columns", "except_columns"):
+            listed: tuple[str, ...] | None = getattr(self, attr)
+            if listed is None:
+                continue
+            if self.mode != "upsert":
+                raise ConfigurationError(
+                    f"MergeSpec.{attr} is only valid with mode='upsert' (mode={self.mode!r} "
+                    "never updates a row)."
+                )
+            if not listed:
+                raise ConfigurationError(
+                    f"MergeSpec.{attr} is empty; leave it None to update every column."
+                )
+            if len(set(listed)) != len(listed):
+                raise ConfigurationError(f"MergeSpec.{attr} has duplicates: {list(listed)}.")
+            named_keys = [c for c in listed if c in keys]
+            if named_keys:
+                raise ConfigurationError(
+                    f"MergeSpec.{attr} names the key column(s) {named_keys}; a key is "
+                    "never updated (it identifies the row).",
+                    column=named_keys[0],
+                )
+        seq = self.sequence_by
+        if seq is not None and self.update_columns is not None and seq not in self.update_columns:
+            raise ConfigurationError(
+                f"MergeSpec.update_columns must include sequence_by={seq!r}: an updated "
+                "row's sequence must follow it, or older updates would apply after it.",
+                column=seq,
+            )
+        if seq is not None and self.except_columns is not None and seq in self.except_columns:
+            raise ConfigurationError(
+                f"MergeSpec.except_columns must not include sequence_by={seq!r}: an "
+                "updated row's sequence must follow it.",
+                column=seq,
+            )
+
+    def updated(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """The columns of a batch with ``columns`` that ``UPDATE SET`` writes on a
+        matched row: the non-key ones, narrowed by ``update_columns`` or
+        ``except_columns``."""
+        data = [c for c in columns if c not in self.keys]
+        if self.update_columns is not None:
+            return tuple(c for c in data if c in self.update_columns)
+        if self.except_columns is not None:
+            return tuple(c for c in data if c not in self.except_columns)
+        return tuple(data)
+
+    @property
+    def coalescable(self) -> bool:
+        """Whether pending versions may be folded into one target commit. Not with
+        ``update_columns``/``except_columns`` (a key inserted by one version and
+        updated by a later one keeps the first version's non-updated columns, which
+        one coalesced row per key cannot express) nor with
+        ``when_not_matched_by_source="delete"`` (each version alone defines which rows
+        survive it, not the union of the versions): those commit one by one."""
+        return (
+            self.update_columns is None
+            and self.except_columns is None
+            and self.when_not_matched_by_source == "ignore"
+            and self.mode != "replace"
+        )
+
+    @property
+    def prunable(self) -> bool:
+        """Whether the MERGE may restrict the target to the batch's key range (file
+        pruning). Not when it deletes target rows absent from the batch: every row
+        outside the range would be "not matched by source"; nor with null-safe keys:
+        a null key lies in no range, so its target row would not match."""
+        return self.when_not_matched_by_source == "ignore" and not self.null_safe_keys
+
+    def nullable(self, column: str) -> bool:
+        """Whether a :attr:`required_columns` column may hold nulls (a key, with
+        ``null_safe_keys``)."""
+        return self.null_safe_keys and column in self.keys
 
     @property
     def required_columns(self) -> tuple[str, ...]:
-        """Columns every batch must contain (keys, then ``sequence_by``)."""
-        return (*self.keys, *((self.sequence_by,) if self.sequence_by else ()))
+        """Columns every batch must contain, non-null: keys, then ``sequence_by``, then
+        ``replace_by``."""
+        return (
+            *self.keys,
+            *((self.sequence_by,) if self.sequence_by else ()),
+            *(self.replace_by or ()),
+        )
+
+    def role(self, column: str) -> str:
+        """What a :attr:`required_columns` column is, for messages."""
+        if column == self.sequence_by:
+            return "sequence_by"
+        return "replace_by" if column in (self.replace_by or ()) else "key"
+
+    @property
+    def listed_columns(self) -> tuple[str, ...]:
+        """``update_columns`` or ``except_columns``: columns every batch must contain
+        besides :attr:`required_columns` (a missing one is a
+        :class:`~deltasink.errors.SchemaMismatchError`)."""
+        return tuple(self.update_columns or self.except_columns or ())
 
     def to_json(self) -> str:
-        """Serialise to the JSON recorded in the staging table."""
+        """Serialise to the JSON recorded in the staging table. Fields left at their
+        default since a release added them are omitted, so older releases (and
+        records) read the same JSON."""
         data = asdict(self)
         data["keys"] = list(self.keys)
+        for attr, default in _OPTIONAL_FIELDS.items():
+            if data[attr] == default:
+                del data[attr]
+            elif isinstance(data[attr], tuple):
+                data[attr] = list(data[attr])
         return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> MergeSpec:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; a record written before a field existed loads
+        with that field's default."""
         data: dict[str, Any] = json.loads(text)
         return cls(**data)
+
+
+#: Fields added after the first release: omitted from :meth:`MergeSpec.to_json` when unset.
+_OPTIONAL_FIELDS: dict[str, object] = {
+    "update_columns": None,
+    "except_columns": None,
+    "when_not_matched_by_source": "ignore",
+    "not_matched_by_source_condition": None,
+    "replace_by": None,
+    "replace_where": None,
+    "null_safe_keys": False,
+}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -22,13 +23,17 @@ from deltasink import (
     CommitError,
     ConfigurationError,
     DeltaSink,
+    DuplicateKeyError,
+    InvalidInputError,
     InvalidVersionError,
+    KeyColumnError,
     MergeSpec,
+    SchemaMismatchError,
     StorageError,
     TableDefinitionError,
     TableSpec,
 )
-from deltasink._faults import armed
+from deltasink._faults import FaultInjected, armed
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])
@@ -51,6 +56,8 @@ class Harness:
     app_id: str
     make_batch: Callable[[list[int]], Any]
     sink_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: An Arrow table in the backend's input type (Spark harnesses: a DataFrame).
+    make_table: Callable[[pa.Table], Any] = field(default=lambda table: table)
 
     @property
     def coalesce(self) -> bool:
@@ -62,6 +69,22 @@ class Harness:
     def batch(self, *ids: int) -> Any:
         return self.make_batch(list(ids))
 
+    def rows(self, *rows: tuple[int | None, str, str]) -> Any:
+        """A batch of ``(id, value, note)`` rows."""
+        ids, values, notes = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "value": pa.array(values, pa.string()),
+                "note": pa.array(notes, pa.string()),
+            }
+        )
+        return self.make_table(table)
+
+    def contents(self) -> list[tuple[Any, ...]]:  # nulls last
+        """The target's ``(id, value, note)`` rows, by id."""
+        return [(r["id"], r["value"], r.get("note")) for r in support.rows(self.target)]
+
     @property
     def staging(self) -> str:
         return self.sink().staging
@@ -71,6 +94,17 @@ class Harness:
 
     def marker(self) -> int | None:
         return support.marker(self.target, self.app_id)
+
+
+def spark_tables(session: Any) -> Callable[[pa.Table], Any]:
+    """``Harness.make_table`` for a Spark session: a DataFrame of the table's rows with
+    its schema (Spark Connect cannot create one from an empty Arrow table)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    def make(table: pa.Table) -> Any:
+        return session.createDataFrame(table.to_pylist(), from_arrow_schema(table.schema))
+
+    return make
 
 
 def fail_when_publishing(version: int, exc: BaseException) -> Callable[..., None]:
@@ -399,6 +433,168 @@ class SinkContract:
             sink.write(harness.batch(1), 0)
         assert not support.exists(harness.target)
         assert support.staged_versions(sink.staging) == []
+
+    # -- merge shapes ---------------------------------------------------------------
+
+    def test_update_columns_update_only_those_columns_one_commit_per_version(
+        self, harness: Harness
+    ) -> None:
+        spec = MergeSpec(keys=["id"], update_columns=["value"])
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "n1")), 0)
+        sink.pre_commit(harness.rows((1, "b", "n2"), (2, "c", "n3")), 1)
+        sink.pre_commit(harness.rows((2, "d", "n4"), (3, "e", "n5")), 2)
+        report = sink.commit(2)
+        assert report.committed_versions == [1, 2]
+        # matched rows: only `value`; inserted rows (2 by v1, 3 by v2): every column
+        expected = [(1, "b", "n1"), (2, "d", "n3"), (3, "e", "n5")]
+        assert harness.contents() == expected
+        assert harness.marker() == 2
+        # never coalesced: one target commit per version, whatever the cadence
+        assert sorted(support.txn_commits(harness.target, harness.app_id)) == [0, 1, 2]
+        # a replay of a committed version is a no-op
+        assert sink.write(harness.rows((1, "zz", "zz")), 1).committed_versions == []
+        assert harness.contents() == expected
+
+        # a crash right after the target commit: recovery gives the same result
+        sink.pre_commit(harness.rows((1, "f", "n6"), (4, "g", "n7")), 3)
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        assert harness.contents() == [
+            (1, "f", "n1"),
+            (2, "d", "n3"),
+            (3, "e", "n5"),
+            (4, "g", "n7"),
+        ]
+        assert harness.marker() == 3
+        assert support.staged_versions(harness.staging) == []
+
+    def test_except_columns_leave_those_columns_alone(self, harness: Harness) -> None:
+        spec = MergeSpec(keys=["id"], except_columns=["note"])
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "n1"), (2, "b", "n2")), 0)
+        sink.pre_commit(harness.rows((1, "c", "n3")), 1)
+        sink.pre_commit(harness.rows((1, "d", "n4"), (3, "e", "n5")), 2)
+        assert sink.recover().committed_versions == [1, 2]
+        assert harness.contents() == [(1, "d", "n1"), (2, "b", "n2"), (3, "e", "n5")]
+        assert harness.marker() == 2
+
+    def test_update_columns_missing_from_the_batch_is_refused_before_writing(
+        self, harness: Harness
+    ) -> None:
+        sink = harness.sink(MergeSpec(keys=["id"], update_columns=["note"]))
+        with pytest.raises(SchemaMismatchError, match=r"update_columns names \['note'\], missing"):
+            sink.write(harness.batch(1), 0)
+        assert not support.exists(harness.target)
+        assert support.staged_versions(sink.staging) == []
+
+    def test_delete_rows_absent_from_each_version(self, harness: Harness) -> None:
+        spec = MergeSpec(
+            keys=["id"],
+            when_not_matched_by_source="delete",
+            not_matched_by_source_condition="t.note = 'x'",
+        )
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "x"), (2, "b", "x"), (3, "c", "keep")), 0)
+        sink.pre_commit(harness.rows((1, "a1", "x")), 1)
+        sink.pre_commit(harness.rows((2, "b2", "x"), (4, "d", "x")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        # v1 deletes 2; v2 (alone defining the survivors) deletes 1 and inserts 2 again;
+        # 3 fails the condition and stays
+        expected = [(2, "b2", "x"), (3, "c", "keep"), (4, "d", "x")]
+        assert harness.contents() == expected
+        assert sorted(support.txn_commits(harness.target, harness.app_id)) == [0, 1, 2]
+        assert sink.write(harness.rows((9, "z", "x")), 2).committed_versions == []  # replay
+        assert harness.contents() == expected
+
+        sink.pre_commit(harness.rows((4, "d3", "x")), 3)
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        assert harness.contents() == [(3, "c", "keep"), (4, "d3", "x")]
+        assert harness.marker() == 3
+
+        harness.sink(spec).write(harness.rows(), 4)  # an empty batch: every 'x' row goes
+        assert harness.contents() == [(3, "c", "keep")]
+        assert harness.marker() == 4
+
+    def test_replace_by_reloads_each_slice_exactly_once(self, harness: Harness) -> None:
+        spec = MergeSpec(mode="replace", replace_by=["note"])
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "d1"), (2, "b", "d1"), (3, "c", "d2")), 0)
+        sink.pre_commit(harness.rows((4, "e", "d1")), 1)  # d1 reloaded: 1 and 2 vanish
+        sink.pre_commit(harness.rows((5, "f", "d2"), (6, "g", "d3")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        expected = [(4, "e", "d1"), (5, "f", "d2"), (6, "g", "d3")]
+        assert harness.contents() == expected
+        assert sorted(support.txn_commits(harness.target, harness.app_id)) == [0, 1, 2]
+        assert sink.write(harness.rows((9, "z", "d1")), 1).committed_versions == []  # replay
+        assert harness.contents() == expected
+
+        sink.pre_commit(harness.rows((7, "h", "d1"), (7, "h", "d1")), 3)  # duplicates kept
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        expected = [(5, "f", "d2"), (6, "g", "d3"), (7, "h", "d1"), (7, "h", "d1")]
+        assert harness.contents() == expected
+        assert harness.marker() == 3
+        harness.sink(spec).write(harness.rows(), 4)  # an empty batch replaces nothing
+        assert harness.contents() == expected
+        assert harness.marker() == 4
+
+    def test_replace_where_replaces_the_rows_it_selects(self, harness: Harness) -> None:
+        other = DeltaSink(harness.target, "other", APPEND, **harness.sink_kwargs)
+        other.write(harness.rows((500, "q", "d2")), 0)
+        spec = MergeSpec(mode="replace", replace_where="note = 'd1'")
+        sink = harness.sink(spec)
+        with pytest.raises(InvalidInputError, match=r"do not satisfy MergeSpec\.replace_where"):
+            sink.write(harness.rows((1, "a", "d1"), (2, "b", "d2")), 0)
+        assert harness.marker() is None
+        assert support.staged_versions(sink.staging) == []
+        sink.write(harness.rows((1, "a", "d1")), 0)
+        sink.write(harness.rows((2, "b", "d1")), 1)
+        assert harness.contents() == [(2, "b", "d1"), (500, "q", "d2")]
+        sink.write(harness.rows(), 2)  # an empty batch empties the slice
+        assert harness.contents() == [(500, "q", "d2")]
+        assert harness.marker() == 2
+
+    def test_null_safe_keys_match_null_with_null(self, harness: Harness) -> None:
+        spec = MergeSpec(keys=["id"], null_safe_keys=True)
+        sink = harness.sink(spec)
+        sink.write(harness.rows((None, "a", "n1"), (1, "b", "n1")), 0)
+        sink.pre_commit(harness.rows((None, "c", "n2")), 1)
+        sink.pre_commit(harness.rows((None, "d", "n3"), (2, "e", "n3")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        expected = [(1, "b", "n1"), (2, "e", "n3"), (None, "d", "n3")]  # one null-key row
+        assert harness.contents() == expected
+        assert harness.marker() == 2
+        assert sink.write(harness.rows((None, "z", "z")), 1).committed_versions == []
+        assert harness.contents() == expected
+
+        sink.pre_commit(harness.rows((None, "f", "n4")), 3)
+        try:
+            with armed("publish.after_target_commit", "raise"):
+                sink.commit(3)
+        except (CommitError, FaultInjected):
+            pass
+        harness.sink(spec).recover()
+        assert harness.contents() == [(1, "b", "n1"), (2, "e", "n3"), (None, "f", "n4")]
+        assert harness.marker() == 3
+        with pytest.raises(DuplicateKeyError):
+            sink.write(harness.rows((None, "g", "x"), (None, "h", "y")), 4)
+        with pytest.raises(KeyColumnError, match="is null"):
+            harness.sink(MergeSpec(keys=["id"])).write(harness.rows((None, "i", "x")), 4)
+        assert harness.marker() == 3
 
 
 class Crash(Exception):

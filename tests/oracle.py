@@ -11,6 +11,17 @@ Two parts, both plain Python over lists of dicts:
     key and is never inserted; with ``sequence_by`` a row takes effect only if the
     target's sequence is null or not higher (``>=``); no tombstones: a later version's
     older row of a deleted key inserts it again;
+  - ``upsert`` with ``update_columns`` (``except_columns``): a row that updates an
+    existing key sets only those columns (every non-key column but those); the
+    others keep the target's values; an inserted row still brings every column;
+  - ``upsert`` with ``when_not_matched_by_source="delete"``: after the batch, every
+    target row whose key is not among the batch's keys (any row of the batch counts)
+    and for which the condition is true is deleted; an empty batch deletes all of them;
+  - ``replace``: the target rows whose ``replace_by`` values occur in the batch (and
+    satisfy the ``replace_where`` predicate; with it alone, every row satisfying it)
+    are deleted, then every batch row is appended;
+  - with ``null_safe_keys`` a key column may be null, and null equals null: a key
+    with nulls is one key like any other (Python's ``None == None``);
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution).
@@ -23,7 +34,7 @@ Two parts, both plain Python over lists of dicts:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +52,14 @@ class Fold:
     rows: dict[tuple[Any, ...], Row] = field(default_factory=dict)
     appended: list[Row] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+    update_columns: tuple[str, ...] | None = None
+    except_columns: tuple[str, ...] | None = None
+    #: ``when_not_matched_by_source="delete"``: the condition as a Python predicate on
+    #: a target row (``lambda row: True`` without one); ``None``: "ignore".
+    delete_absent: Callable[[Row], bool] | None = None
+    replace_by: tuple[str, ...] | None = None
+    #: ``replace_where`` as a Python predicate on a target row.
+    replace_where: Callable[[Row], bool] | None = None
 
     def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
         if self.sequence_by is None:
@@ -61,6 +80,28 @@ class Fold:
         if self.mode == "append":
             self.appended.extend(dict(r) for r in batch)
             return
+        if self.mode == "replace":
+            by = self.replace_by
+            slices = {tuple(r[c] for c in by) for r in batch} if by is not None else set()
+            where = self.replace_where
+            self.appended = [
+                r
+                for r in self.appended
+                if not (
+                    (by is None or tuple(r.get(c) for c in by) in slices)
+                    and (where is None or where(r))
+                )
+            ]
+            self.appended.extend(dict(r) for r in batch)
+            return
+        present = {tuple(row[k] for k in self.keys) for row in batch}
+        absent = [
+            key
+            for key, row in self.rows.items()
+            if self.delete_absent is not None and key not in present and self.delete_absent(row)
+        ]
+        for key in absent:
+            del self.rows[key]
         for row in self._one_per_key(batch):
             key = tuple(row[k] for k in self.keys)
             is_delete = self.delete_column is not None and row[self.delete_column] == "D"
@@ -77,11 +118,19 @@ class Fold:
             if is_delete:
                 del self.rows[key]
             else:  # a column the batch does not have keeps its value (schema evolution)
-                self.rows[key] = {**current, **row}
+                self.rows[key] = {**current, **self._updates(row)}
+
+    def _updates(self, row: Row) -> Row:
+        """The part of ``row`` an update writes."""
+        if self.update_columns is not None:
+            return {c: v for c, v in row.items() if c in self.update_columns}
+        if self.except_columns is not None:
+            return {c: v for c, v in row.items() if c not in self.except_columns}
+        return row
 
     def expected(self) -> list[Row]:
         """The model target's rows, every column present (null where never written)."""
-        rows = self.appended if self.mode == "append" else list(self.rows.values())
+        rows = self.appended if self.mode in ("append", "replace") else list(self.rows.values())
         return [{c: r.get(c) for c in self.columns} for r in rows]
 
 

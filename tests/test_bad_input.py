@@ -230,7 +230,7 @@ def test_not_null_target_column(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         ({"keys": []}, "needs keys"),
-        ({"keys": ["id"], "mode": "replace"}, "mode must be one of"),
+        ({"keys": ["id"], "mode": "overwrite"}, "mode must be one of"),
         ({"mode": "append", "keys": ["id"]}, "takes no keys"),
         ({"keys": ["id", "id"]}, "duplicates"),
         ({"keys": ["id"], "sequence_by": "id"}, "is a key column"),

@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.contract import Harness, SinkContract
+from tests.contract import Harness, SinkContract, spark_tables
 
 
 def arrow_batch(ids: list[int]) -> pa.Table:
@@ -33,5 +33,6 @@ class TestEmbeddedSparkInput(SinkContract):
             target=target,
             app_id="contract-spark",
             make_batch=spark_batch,
+            make_table=spark_tables(spark),
             sink_kwargs={"coalesce": False},  # one target commit per version
         )

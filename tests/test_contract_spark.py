@@ -45,7 +45,7 @@ from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from tests import support
-from tests.contract import Harness, SinkContract
+from tests.contract import Harness, SinkContract, spark_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = "DELTASINK_SPARK_CONTRACT_CHILD"
@@ -239,6 +239,7 @@ class TestSparkBackendDeltaRsLogs(SinkContract):
             target=target,
             app_id="contract-spark",
             make_batch=spark_batches(delta_spark),
+            make_table=spark_tables(delta_spark),
             sink_kwargs={"engine": "spark", "spark": delta_spark},
         )
 
@@ -254,6 +255,7 @@ class TestSparkBackendSparkLogs(SinkContract):
             target=target,
             app_id="contract-spark-logs",
             make_batch=spark_batches(delta_spark),
+            make_table=spark_tables(delta_spark),
             sink_kwargs={"engine": "spark", "spark": delta_spark, "coalesce": False},
         )
 
@@ -585,7 +587,16 @@ def test_the_ledger_uses_the_active_session_and_never_starts_the_embedded_engine
 #: The oracle property suite on this engine: a bounded profile here (each history runs
 #: twice, every step several Spark jobs); ``DELTASINK_SPARK_PROPERTY_EXAMPLES=N`` and
 #: ``DELTASINK_SPARK_PROPERTY_SHAPES=all`` for a longer run.
-SPARK_PROPERTY_SHAPES = ("append", "insert", "upsert-sequence-delete")
+SPARK_PROPERTY_SHAPES = (
+    "append",
+    "insert",
+    "upsert-sequence-delete",
+    # one of each newer MergeSpec shape, combined with sequence_by and deletes
+    "upsert-sequence-delete-update-columns",
+    "upsert-sequence-delete-absent-condition",
+    "upsert-sequence-delete-null-safe",
+    "replace-by-where",
+)
 if os.environ.get("DELTASINK_SPARK_PROPERTY_SHAPES") == "all":
     from tests.test_property import SHAPES as _ALL_SHAPES
 

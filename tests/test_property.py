@@ -60,6 +60,44 @@ SHAPES: dict[str, dict[str, Any]] = {
     "upsert-delete": {"mode": "upsert", "delete_when": "op = 'D'"},
     "insert-sequence": {"mode": "insert", "sequence_by": "seq"},
     "upsert-schema-evolution": {"mode": "upsert", "schema_evolution": True},
+    "upsert-update-columns": {"mode": "upsert", "update_columns": ["v"]},
+    "upsert-except-columns": {"mode": "upsert", "except_columns": ["v"]},
+    "upsert-sequence-delete-update-columns": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "update_columns": ["w", "seq"],
+    },
+    "upsert-delete-absent": {"mode": "upsert", "when_not_matched_by_source": "delete"},
+    "upsert-sequence-delete-absent-condition": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "when_not_matched_by_source": "delete",
+        "not_matched_by_source_condition": "t.`v` >= 'b'",
+    },
+    "replace-by": {"mode": "replace", "replace_by": "keys"},  # the key columns
+    "replace-by-where": {"mode": "replace", "replace_by": "keys", "replace_where": "v >= 'a'"},
+    "replace-where": {"mode": "replace", "replace_where": "v >= 'a'"},
+    # key index 0 has a null first key column (tests the null-safe match)
+    "upsert-null-safe": {"mode": "upsert", "null_safe_keys": True},
+    "insert-null-safe": {"mode": "insert", "null_safe_keys": True},
+    "upsert-sequence-delete-null-safe": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "null_safe_keys": True,
+    },
+}
+
+#: Key types a ``replace_by`` column may have.
+REPLACE_KINDS = ["composite", "date", "int64", "string"]
+
+#: ``not_matched_by_source_condition``s of SHAPES, as the oracle's Python predicates.
+CONDITIONS: dict[str | None, Callable[[Row], bool]] = {
+    None: lambda row: True,
+    "t.`v` >= 'b'": lambda row: row["v"] is not None and row["v"] >= "b",  # app b's rows
+    "v >= 'a'": lambda row: row["v"] is not None and row["v"] >= "a",  # every row
 }
 
 T0 = dt.datetime(2024, 1, 1)
@@ -113,8 +151,9 @@ POINTS = (
 
 @st.composite
 def histories(draw: Any, shape: str) -> tuple[str, list[tuple[Any, ...]]]:
-    kind = draw(st.sampled_from(sorted(KEY_TYPES)))
-    unique = "sequence_by" not in SHAPES[shape] and SHAPES[shape]["mode"] != "append"
+    mode = SHAPES[shape]["mode"]
+    kind = draw(st.sampled_from(REPLACE_KINDS if mode == "replace" else sorted(KEY_TYPES)))
+    unique = "sequence_by" not in SHAPES[shape] and mode not in ("append", "replace")
     steps = []
     for _ in range(draw(st.integers(2, 10))):
         op = draw(st.sampled_from(OPS))
@@ -140,8 +179,12 @@ class Run:
         self.shape = shape
         self.kind = kind
         self.evolve = bool(options.get("schema_evolution"))
+        # partial updates: a second data column, so "not updated" is visible
+        self.partial = "update_columns" in options or "except_columns" in options
         self.keys = key_names(kind)
-        if options["mode"] != "append":
+        if options.get("replace_by") == "keys":
+            options["replace_by"] = self.keys
+        if options["mode"] not in ("append", "replace"):
             options["keys"] = self.keys
         self.spec = MergeSpec(**options)
         self.target = tempfile.mkdtemp(dir=ROOT) + "/target"
@@ -151,6 +194,17 @@ class Run:
             tuple(self.keys),
             options.get("sequence_by"),
             "op" if "delete_when" in options else None,
+            update_columns=_tuple(options.get("update_columns")),
+            except_columns=_tuple(options.get("except_columns")),
+            delete_absent=(
+                CONDITIONS[options.get("not_matched_by_source_condition")]
+                if options.get("when_not_matched_by_source") == "delete"
+                else None
+            ),
+            replace_by=_tuple(options.get("replace_by")),
+            replace_where=(
+                CONDITIONS[options["replace_where"]] if "replace_where" in options else None
+            ),
         )
         self.models = {"a": Protocol(fold), "b": Protocol(fold)}
         self.fold = fold
@@ -165,7 +219,11 @@ class Run:
         rows = []
         for i, (key, seq, delete) in enumerate(drawn):
             row: Row = dict(zip(self.keys, KEY_TYPES[self.kind][1](key), strict=True))
+            if self.spec.null_safe_keys and key == 0:
+                row[self.keys[0]] = None
             row["v"] = f"{app}{version}.{i}"
+            if self.partial:
+                row["w"] = f"w{app}{version}.{i}"
             if self.spec.sequence_by:
                 row["seq"] = seq
             if self.spec.delete_when:
@@ -178,6 +236,8 @@ class Run:
     def table(self, rows: list[Row]) -> pa.Table:
         fields = [pa.field(k, t) for k, t in zip(self.keys, KEY_TYPES[self.kind][0], strict=True)]
         fields.append(pa.field("v", pa.string()))
+        if self.partial:
+            fields.append(pa.field("w", pa.string()))
         if self.spec.sequence_by:
             fields.append(pa.field("seq", pa.int64()))
         if self.spec.delete_when:
@@ -253,6 +313,10 @@ class Run:
             if model.committed is not None:
                 assert DeltaTable(self.target).transaction_version(app) == model.committed
             assert self.sinks[app].status().pending_versions == model.pending
+
+
+def _tuple(columns: list[str] | None) -> tuple[str, ...] | None:
+    return None if columns is None else tuple(columns)
 
 
 def _exists(target: str) -> bool:

@@ -278,6 +278,9 @@ class EmbeddedBackend:
         self._last = None
         return result
 
+    def can_coalesce(self) -> bool:
+        return self.spec_for_staged().coalescable
+
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         self._guard.check_publish(staged[0].version)
         self._announce(staged[-1].version)

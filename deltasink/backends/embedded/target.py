@@ -17,7 +17,7 @@ from deltalake.schema import Schema as DeltaSchema
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.errors import CommitError, ConfigurationError
-from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
+from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
 from deltasink.schema import align_to_target
@@ -216,7 +216,9 @@ class TargetTable:
         metrics: dict[str, Any] = {}
         if spec.mode == "append":
             metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
-        elif (share := overlap(table, values, spec)) == 0.0:
+        elif spec.mode == "replace":
+            metrics["num_target_rows_inserted"] = self._replace(table, values, spec, props)
+        elif spec.prunable and (share := overlap(table, values, spec)) == 0.0:
             # Insert-only fast path: no key of the batch can exist in the target, so
             # the MERGE would only insert. Deletes of absent keys are no-ops.
             # The append is blind (Delta checks it against nothing), so it must land on
@@ -232,7 +234,9 @@ class TargetTable:
                 source = source.append_column(GUARD_COLUMN, guard)
             # Pruning pays when the batch's key range misses most of the target's files;
             # when it touches most of them, the plain streamed MERGE is cheaper.
-            prune = share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST
+            # Never when the MERGE deletes target rows absent from the batch: every
+            # row outside the batch's key range would be "not matched by source".
+            prune = spec.prunable and (share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST)
             plan = compile_merge(
                 spec,
                 values.column_names,
@@ -307,6 +311,30 @@ class TargetTable:
                 commit_properties=props,
                 post_commithook_properties=post_commit_hooks(table),
             )
+        return values.num_rows
+
+    @staticmethod
+    def _replace(
+        table: DeltaTable, values: pa.Table, spec: MergeSpec, props: CommitProperties
+    ) -> int:
+        """Replace the rows :func:`~deltasink.merge.replace_predicate` selects with
+        ``values``, in one overwrite commit; nothing when it selects nothing (the caller
+        then commits the marker alone)."""
+        predicate = replace_predicate(spec, values)
+        if predicate is None:
+            return 0
+        for column in arrow_schema(table):
+            if column.name not in values.column_names:
+                values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
+        write_deltalake(
+            table,
+            values,
+            mode="overwrite",
+            predicate=predicate,
+            schema_mode="merge" if spec.schema_evolution else None,
+            commit_properties=props,
+            post_commithook_properties=post_commit_hooks(table),
+        )
         return values.num_rows
 
     def _create(

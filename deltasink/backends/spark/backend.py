@@ -210,6 +210,9 @@ class SparkBackend:
         columns = self._logs.columns(staged.version)
         return self._target_writer.apply([staged.version], columns, spec, staged.rows)
 
+    def can_coalesce(self) -> bool:
+        return self.spec_for_staged().coalescable
+
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         """One commit for ``staged`` (coalesced, the marker of the highest version).
 

@@ -19,7 +19,7 @@ from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
 from deltasink.errors import CommitError
 from deltasink.history import history_from_commits, user_metadata
 from deltasink.layout import VERSION_COLUMN
-from deltasink.merge import compile_merge, key_ranges
+from deltasink.merge import compile_merge, key_ranges, replace_predicate
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
 from deltasink.spec import MergeSpec
@@ -66,7 +66,7 @@ def source_sql(
         cols.append(f"coalesce({quote(DELETE_COLUMN)}, false) AS {quote(DELETE_COLUMN)}")
     listed = ", ".join(str(v) for v in versions)
     where = f"{quote(VERSION_COLUMN)} IN ({listed})"
-    if len(versions) == 1 or spec.mode == "append":
+    if len(versions) == 1 or spec.mode in ("append", "replace"):
         return f"SELECT {', '.join(cols)} FROM {staging_ref} WHERE {where}"
     partition = ", ".join(quote(k) for k in spec.keys)
     if guarded(spec, versions):
@@ -266,7 +266,28 @@ class TargetWriter:
         spark = self._sql.session()
         target = self._logs.target_frame()
         _faults.point("publish.before_target_commit", versions=list(versions))
-        if target is None or spec.mode == "append":
+        if target is not None and spec.mode == "replace":
+            frame = spark.sql(source)
+            select = fill_select(target.schema.fields, frame.columns)
+            select += [quote(c) for c in frame.columns if c not in set(target.columns)]
+            distinct = (
+                spark_arrow(frame.select(*spec.replace_by).distinct())
+                if spec.replace_by
+                else pa.table({})
+            )
+            predicate = replace_predicate(spec, distinct, spark=True)
+            options = {"mergeSchema": "true"} if spec.schema_evolution else {}
+            if predicate is not None:
+                options["replaceWhere"] = predicate
+            self._sql.write(  # nothing to replace: an empty append carries the marker
+                frame.selectExpr(*select),
+                t.target,
+                txn=(t.app_id, version),
+                user_metadata=metadata,
+                mode="append" if predicate is None else "overwrite",
+                options=options,
+            )
+        elif target is None or spec.mode in ("append", "replace"):
             frame = spark.sql(source)
             if spec.delete_when:
                 frame = frame.where(f"NOT {quote(DELETE_COLUMN)}").drop(DELETE_COLUMN)
@@ -285,7 +306,11 @@ class TargetWriter:
                 staged = spark.sql(source).schema
                 wanted = struct([f for f in staged.fields if f.name in set(columns)])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
-            prune = key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
+            prune = (  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
+                key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
+                if spec.prunable
+                else None
+            )
             statement = merge_sql(
                 t.target_ref,
                 spec,

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from deltasink.batch import (
     DELETE_COLUMN,
+    check_replace_where,
     check_required,
     collect,
     delete_expr,
@@ -90,6 +91,8 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     """
     zero = collect(df.limit(0), spec)  # names; delete_when evaluated by the df's session
     check_required(zero, spec)  # missing key / sequence_by columns
+    if spec.replace_where:  # every row in the slice it replaces (zero had no rows)
+        check_replace_where(df, spec, zero.column_names)
     target_arrow: pa.Schema | None = None if target is None else spark_arrow(target.limit(0)).schema
     frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
     not_null = [
@@ -99,8 +102,8 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     ]
     stats = _batch_stats(frame, spec, not_null)
     for i, name in enumerate(spec.required_columns):
-        if stats[f"null_{i}"]:
-            role = "sequence_by" if name == spec.sequence_by else "key"
+        if stats[f"null_{i}"] and not spec.nullable(name):
+            role = spec.role(name)
             raise KeyColumnError(
                 f"{role} column {name!r} is null in {stats[f'null_{i}']} row(s) of the batch; "
                 f"every row needs a {role}. Filter or fill them in the job.",
@@ -147,7 +150,10 @@ def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[s
             f"sum(CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END) AS `notnull_{i}`"
         )
     if spec.keys:
-        exprs.append(f"count(DISTINCT {', '.join(quote(k) for k in spec.keys)}) AS `keys`")
+        listed = ", ".join(quote(k) for k in spec.keys)
+        # count(DISTINCT a, b) skips rows with a null; a struct is never null
+        distinct = f"struct({listed})" if spec.null_safe_keys else listed
+        exprs.append(f"count(DISTINCT {distinct}) AS `keys`")
     row = frame.selectExpr(*exprs).collect()[0].asDict()
     return {k: int(v or 0) for k, v in row.items()}
 
