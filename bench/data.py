@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench.common import Config, clone, log, remove
+from bench.common import Config, Trial, clone, log, remove, stopwatch
 
 __all__ = [
     "APP_ID",
@@ -41,6 +41,7 @@ __all__ = [
     "p2_batches",
     "parquet_batch",
     "steady_sink",
+    "steady_write",
     "target_template",
 ]
 
@@ -187,6 +188,19 @@ def steady_sink(target: Path, *, coalesce: bool = True) -> Any:
     sink.pre_commit(SCHEMA.empty_table(), 0)
     sink.abort(0)
     return sink
+
+
+def steady_write(template: Path, work: Path, batch: pa.Table) -> Trial:
+    """The ``sink`` side of P1 and P7: ``write(batch, 1)`` of a steady-state sink on a
+    fresh copy of ``template`` in ``work`` (only the write is timed)."""
+
+    def trial(rep: int) -> float:
+        sink = steady_sink(fresh_target(template, work))
+        with stopwatch() as t:
+            sink.write(batch, 1)
+        return t[0]
+
+    return trial
 
 
 def parquet_batch(config: Config, target_rows: int, batch_rows: int, layout: Layout) -> Path:

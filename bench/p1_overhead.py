@@ -35,7 +35,7 @@ from bench.data import (
     fresh_target,
     make_batch,
     make_rows,
-    steady_sink,
+    steady_write,
     target_template,
 )
 
@@ -64,11 +64,7 @@ def merge_case(
         np.random.default_rng([config.seed, 9]),
     )
 
-    def sink(rep: int) -> float:
-        s = steady_sink(fresh_target(template, dirs["sink"]))
-        with stopwatch() as t:
-            s.write(batch, 1)
-        return t[0]
+    sink = steady_write(template, dirs["sink"], batch)
 
     def sink_first(rep: int) -> float:
         s = DeltaSink(fresh_target(template, dirs["sink_first"]), APP_ID, MergeSpec(keys=[KEY]))

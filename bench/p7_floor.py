@@ -44,7 +44,15 @@ from bench.common import (
     stats_dict,
     stopwatch,
 )
-from bench.data import KEY, Layout, fresh_target, make_batch, steady_sink, target_template
+from bench.data import (
+    KEY,
+    Layout,
+    fresh_target,
+    make_batch,
+    steady_sink,
+    steady_write,
+    target_template,
+)
 
 __all__ = ["main", "run", "run_case", "table"]
 
@@ -75,11 +83,7 @@ def run_case(config: Config, target_rows: int, batch_rows: int, layout: Layout) 
     sides = ("sink", "sink_staged", *BARE)
     dirs = {side: scratch / side for side in sides}
 
-    def sink(rep: int) -> float:
-        s = steady_sink(fresh_target(template, dirs["sink"]))
-        with stopwatch() as t:
-            s.write(batch, 1)
-        return t[0]
+    sink = steady_write(template, dirs["sink"], batch)
 
     def sink_staged(rep: int) -> float:
         s = steady_sink(fresh_target(template, dirs["sink_staged"]))

@@ -7,6 +7,7 @@ and the raw log), never through the sink under test.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -122,6 +123,16 @@ def _fail_with(exc: BaseException) -> Callable[[], None]:
         raise exc
 
     return _raise
+
+
+def crash_after_the_target_commit(sink: DeltaSink, version: int) -> None:
+    """``sink.commit(version)`` failing right after the target commit (before the
+    staging clean-up), as a crash there would leave it."""
+    with (
+        contextlib.suppress(CommitError, FaultInjected),
+        armed("publish.after_target_commit", "raise"),
+    ):
+        sink.commit(version)
 
 
 class SinkContract:
@@ -458,11 +469,7 @@ class SinkContract:
 
         # a crash right after the target commit: recovery gives the same result
         sink.pre_commit(harness.rows((1, "f", "n6"), (4, "g", "n7")), 3)
-        try:
-            with armed("publish.after_target_commit", "raise"):
-                sink.commit(3)
-        except (CommitError, FaultInjected):
-            pass
+        crash_after_the_target_commit(sink, 3)
         harness.sink(spec).recover()
         assert harness.contents() == [
             (1, "f", "n1"),
@@ -512,11 +519,7 @@ class SinkContract:
         assert harness.contents() == expected
 
         sink.pre_commit(harness.rows((4, "d3", "x")), 3)
-        try:
-            with armed("publish.after_target_commit", "raise"):
-                sink.commit(3)
-        except (CommitError, FaultInjected):
-            pass
+        crash_after_the_target_commit(sink, 3)
         harness.sink(spec).recover()
         assert harness.contents() == [(3, "c", "keep"), (4, "d3", "x")]
         assert harness.marker() == 3
@@ -539,11 +542,7 @@ class SinkContract:
         assert harness.contents() == expected
 
         sink.pre_commit(harness.rows((7, "h", "d1"), (7, "h", "d1")), 3)  # duplicates kept
-        try:
-            with armed("publish.after_target_commit", "raise"):
-                sink.commit(3)
-        except (CommitError, FaultInjected):
-            pass
+        crash_after_the_target_commit(sink, 3)
         harness.sink(spec).recover()
         expected = [(5, "f", "d2"), (6, "g", "d3"), (7, "h", "d1"), (7, "h", "d1")]
         assert harness.contents() == expected
@@ -582,11 +581,7 @@ class SinkContract:
         assert harness.contents() == expected
 
         sink.pre_commit(harness.rows((None, "f", "n4")), 3)
-        try:
-            with armed("publish.after_target_commit", "raise"):
-                sink.commit(3)
-        except (CommitError, FaultInjected):
-            pass
+        crash_after_the_target_commit(sink, 3)
         harness.sink(spec).recover()
         assert harness.contents() == [(1, "b", "n1"), (2, "e", "n3"), (None, "f", "n4")]
         assert harness.marker() == 3
