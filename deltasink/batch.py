@@ -28,6 +28,7 @@ from deltasink.spec import RESERVED_PREFIX, MergeSpec
 __all__ = [
     "DELETE_COLUMN",
     "GUARD_COLUMN",
+    "SCD2_DUPLICATES",
     "check_replace_where",
     "check_required",
     "collect",
@@ -37,6 +38,7 @@ __all__ = [
     "prepare",
     "quote",
     "spark_arrow",
+    "spark_input",
 ]
 
 #: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
@@ -45,6 +47,11 @@ DELETE_COLUMN = "_deltasink_delete"
 #: :func:`deltasink.coalesce.coalesce`); never written to a table.
 GUARD_COLUMN = "_deltasink_sequence_guard"
 _ROW = "_deltasink_row"
+#: The advice of an ``scd2`` batch's :class:`DuplicateKeyError`.
+SCD2_DUPLICATES = (
+    "An scd2 batch has one event per key and sequence_by value (the same pair in a "
+    "later version corrects it); deduplicate in the job."
+)
 
 
 def quote(name: str) -> str:
@@ -97,6 +104,14 @@ def spark_arrow(df: Any) -> pa.Table:
         return pa.Table.from_batches(batches) if batches else schema.empty_table()
     frame = df.toPandas()  # Spark Connect 3.5
     return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+
+
+def spark_input(table: pa.Table) -> pa.Table:
+    """``table`` for ``SparkSession.createDataFrame``: without empty record batches,
+    which make classic PySpark (4.2) lose rows of the table (the Arrow batch after an
+    empty one is dropped); zero-copy."""
+    batches = [b for b in table.to_batches() if b.num_rows]
+    return pa.Table.from_batches(batches, schema=table.schema)
 
 
 def _check_names(names: Sequence[str]) -> None:
@@ -218,7 +233,7 @@ def _arrow_frame(data: pa.Table) -> Any:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return spark.createDataFrame([], schema=from_arrow_schema(data.schema))
-    return spark.createDataFrame(data)
+    return spark.createDataFrame(spark_input(data))
 
 
 def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
@@ -236,7 +251,7 @@ def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
 
         frame = spark.createDataFrame([], schema=from_arrow_schema(numbered.schema))
     else:
-        frame = spark.createDataFrame(numbered)
+        frame = spark.createDataFrame(spark_input(numbered))
     assert spec.delete_when is not None
     try:
         flagged = spark_arrow(frame.selectExpr(quote(_ROW), delete_expr(spec.delete_when))).sort_by(
@@ -357,6 +372,49 @@ def _check_unique(table: pa.Table, keys: Sequence[str], hint: str) -> None:
     )
 
 
+def _check_history_columns(
+    table: pa.Table, spec: MergeSpec, target_schema: pa.Schema | None, target: str
+) -> None:
+    """An ``scd2`` batch does not have the history columns; an existing target does,
+    typed like ``sequence_by`` (and boolean).
+
+    Raises:
+        SchemaMismatchError: Either is not so.
+    """
+    names = spec.history
+    clash = [c for c in names if c in table.column_names]
+    if clash:
+        raise SchemaMismatchError(
+            f"the batch has the column(s) {clash}, which MergeSpec(mode='scd2') writes "
+            "itself (history_columns); drop or rename them in the job, or pick other "
+            "history_columns.",
+            column=clash[0],
+        )
+    if target_schema is None:
+        return
+    seq = spec.sequence_by
+    assert seq is not None
+    wanted = {names[0]: None, names[1]: None, names[2]: pa.bool_()}
+    for name, kind in wanted.items():
+        if name not in target_schema.names:
+            raise SchemaMismatchError(
+                f"target {target} has no column {name!r}: an scd2 target needs the "
+                f"history columns {list(names)}; it was not created by an scd2 sink, or "
+                "with other history_columns.",
+                table=target,
+                column=name,
+            )
+        found = target_schema.field(name).type
+        expected = kind or (target_schema.field(seq).type if seq in target_schema.names else found)
+        if not found.equals(expected):
+            raise SchemaMismatchError(
+                f"target {target} stores {name!r} as {found}, but scd2 writes it as "
+                f"{expected} (the type of {seq!r}, or boolean for is_current).",
+                table=target,
+                column=name,
+            )
+
+
 def prepare(
     table: pa.Table,
     spec: MergeSpec,
@@ -380,6 +438,8 @@ def prepare(
         KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc.
     """
     check_required(table, spec)
+    if spec.mode == "scd2":
+        _check_history_columns(table, spec, target_schema, target)
     flag = table.column(DELETE_COLUMN) if DELETE_COLUMN in table.column_names else None
     data = table.drop_columns([DELETE_COLUMN]) if flag is not None else table
     if target_schema is not None:
@@ -394,7 +454,9 @@ def prepare(
         data = to_delta_types(data, table=target)
     if flag is not None:
         data = data.append_column(pa.field(DELETE_COLUMN, pa.bool_(), True), flag)
-    if spec.keys:
+    if spec.mode == "scd2":
+        _check_unique(data, spec.event_columns, SCD2_DUPLICATES)
+    elif spec.keys:
         if spec.sequence_by:
             data = _latest_per_key(data, spec.keys, spec.sequence_by)
         else:

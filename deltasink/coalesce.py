@@ -24,7 +24,8 @@ def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Tabl
     """Combine several staged versions into one batch with the same effect as
     applying them one by one, in ascending version order.
 
-    ``append`` concatenates. ``insert`` keeps the row of the earliest version
+    ``append`` concatenates. ``scd2`` keeps every event, the latest version's for a
+    key and sequence seen twice (:mod:`deltasink.scd2`). ``insert`` keeps the row of the earliest version
     (insert-if-absent: the first insert wins). ``upsert`` without ``sequence_by``
     keeps, per key, the row of the latest version, deletes included.
 
@@ -62,6 +63,11 @@ def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Tabl
             [(spec.sequence_by, "descending")] if spec.sequence_by else []
         )
         combined = first_per_key(combined, spec.keys, [*order, (_VERSION, "descending")])
+    elif spec.mode == "scd2":  # one event per key and sequence: the latest version's
+        assert spec.sequence_by is not None
+        combined = first_per_key(
+            combined, [*spec.keys, spec.sequence_by], [(_VERSION, "descending")]
+        )
     elif spec.mode == "insert":
         combined = first_per_key(combined, spec.keys, [(_VERSION, "ascending")])
     return combined.drop_columns([_VERSION])

@@ -11,9 +11,12 @@ from deltasink.errors import ConfigurationError
 
 __all__ = ["MergeMode", "MergeSpec", "NotMatchedBySource"]
 
-MergeMode = Literal["upsert", "insert", "append", "replace"]
+MergeMode = Literal["upsert", "insert", "append", "replace", "scd2"]
 #: What an ``upsert`` does to target rows whose key is not in the batch.
 NotMatchedBySource = Literal["ignore", "delete"]
+
+#: ``scd2`` history columns when :attr:`MergeSpec.history_columns` is not given.
+DEFAULT_HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
 
 #: Column-name prefix reserved for deltasink's own columns in the staging table.
 RESERVED_PREFIX = "_deltasink_"
@@ -38,6 +41,15 @@ class MergeSpec:
       the target ("reload day D", exactly once). No keys; duplicates are kept. An
       empty batch with ``replace_by`` replaces nothing; with ``replace_where`` alone it
       deletes the rows satisfying it.
+    * ``"scd2"``: slowly changing dimension type 2: every row is an *event* of its key
+      (an upsert, or a delete with ``delete_when``) at its ``sequence_by`` value, and
+      the target keeps one row per upsert event with its validity interval in
+      :attr:`history_columns`. The history of a key depends only on the set of its
+      events (docs/guarantees.md, "History"), so late, out-of-order, replayed,
+      coalesced and recovered versions all leave the same rows. Needs ``keys`` and
+      ``sequence_by``; the same key and sequence twice in one batch is a
+      :class:`~deltasink.errors.DuplicateKeyError`, in a later version a correction
+      that replaces the earlier event.
 
     Args:
         keys: Columns identifying a row. Required for ``upsert`` and ``insert``; they
@@ -50,7 +62,8 @@ class MergeSpec:
             twice in one batch is a :class:`~deltasink.errors.DuplicateKeyError`.
         delete_when: A Spark SQL boolean expression over the batch's columns, e.g.
             ``"op = 'D'"``. It is evaluated once, when the batch is staged, so the
-            staged batch records which rows are deletes. Only for ``upsert``.
+            staged batch records which rows are deletes. Only for ``upsert`` and
+            ``scd2``.
         schema_evolution: Add batch columns that the target does not have yet
             (otherwise such a batch is rejected with a
             :class:`~deltasink.errors.SchemaMismatchError`).
@@ -85,6 +98,10 @@ class MergeSpec:
             the target's columns, qualified with the target alias ``t`` (e.g.
             ``"t.region = 'EU'"``); only target rows for which it is true are deleted
             when absent from the batch (a null result keeps the row).
+        history_columns: Only for ``scd2``: the names of the three columns it adds to
+            the target: where a row's validity starts and ends (the ``sequence_by``
+            type; the end null while current) and whether it is current. Default
+            ``("valid_from", "valid_to", "is_current")``; a batch must not have them.
 
     A spec with ``update_columns``, ``except_columns``,
     ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are
@@ -106,11 +123,12 @@ class MergeSpec:
     replace_by: Sequence[str] | None = None
     replace_where: str | None = None
     null_safe_keys: bool = False
+    history_columns: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
         object.__setattr__(self, "keys", keys)
-        for attr in ("update_columns", "except_columns", "replace_by"):
+        for attr in ("update_columns", "except_columns", "replace_by", "history_columns"):
             value = getattr(self, attr)
             if value is not None:
                 object.__setattr__(self, attr, (value,) if isinstance(value, str) else tuple(value))
@@ -124,6 +142,7 @@ class MergeSpec:
             *(self.update_columns or ()),
             *(self.except_columns or ()),
             *(self.replace_by or ()),
+            *(self.history_columns or ()),
         ):
             if name is not None and (not isinstance(name, str) or not name):
                 raise ConfigurationError(
@@ -155,12 +174,15 @@ class MergeSpec:
                 column=self.sequence_by,
             )
         if self.delete_when is not None:
-            if self.mode != "upsert":
-                raise ConfigurationError("delete_when is only valid with mode='upsert'.")
+            if self.mode not in ("upsert", "scd2"):
+                raise ConfigurationError(
+                    "delete_when is only valid with mode='upsert' or mode='scd2'."
+                )
             if not isinstance(self.delete_when, str) or not self.delete_when.strip():
                 raise ConfigurationError(
                     "delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
+        self._check_history(keys)
         self._check_partial_update(keys)
         self._check_not_matched_by_source()
         self._check_replace()
@@ -172,6 +194,47 @@ class MergeSpec:
             raise ConfigurationError(
                 "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
             )
+
+    def _check_history(self, keys: tuple[str, ...]) -> None:
+        """Validate ``scd2`` and ``history_columns`` (defaulted for ``scd2``)."""
+        if self.mode != "scd2":
+            if self.history_columns is not None:
+                raise ConfigurationError(
+                    "MergeSpec.history_columns is only valid with mode='scd2'."
+                )
+            return
+        if self.sequence_by is None:
+            raise ConfigurationError(
+                "MergeSpec(mode='scd2') needs sequence_by: the column (an event time or "
+                "sequence number) whose values start and end each version of a key."
+            )
+        if self.null_safe_keys:
+            raise ConfigurationError(
+                "MergeSpec(mode='scd2') takes no null_safe_keys: its keys must be non-null."
+            )
+        if self.history_columns is None:
+            object.__setattr__(self, "history_columns", DEFAULT_HISTORY_COLUMNS)
+        names = tuple(self.history_columns or ())
+        if len(names) != 3 or len(set(names)) != 3:
+            raise ConfigurationError(
+                "MergeSpec.history_columns needs three distinct names (valid from, valid "
+                f"to, is current), got {list(names)}."
+            )
+        clash = [n for n in names if n in keys or n == self.sequence_by]
+        if clash:
+            raise ConfigurationError(
+                f"MergeSpec.history_columns {clash} name a key or sequence_by column; "
+                "deltasink writes the history columns itself.",
+                column=clash[0],
+            )
+
+    @property
+    def history(self) -> tuple[str, str, str]:
+        """``scd2``: the (valid from, valid to, is current) column names."""
+        if self.mode != "scd2" or self.history_columns is None:
+            raise ValueError(f"MergeSpec(mode={self.mode!r}) keeps no history")
+        start, end, current = self.history_columns
+        return start, end, current
 
     def _check_replace(self) -> None:
         """Validate ``replace_by`` / ``replace_where``."""
@@ -319,6 +382,14 @@ class MergeSpec:
             *(self.replace_by or ()),
         )
 
+    @property
+    def event_columns(self) -> tuple[str, ...]:
+        """What identifies one row of a batch: the keys, and for ``scd2`` the
+        ``sequence_by`` column too (one event per key and sequence value)."""
+        if self.mode == "scd2" and self.sequence_by:
+            return (*self.keys, self.sequence_by)
+        return tuple(self.keys)
+
     def role(self, column: str) -> str:
         """What a :attr:`required_columns` column is, for messages."""
         if column == self.sequence_by:
@@ -362,4 +433,5 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "replace_by": None,
     "replace_where": None,
     "null_safe_keys": False,
+    "history_columns": None,
 }

@@ -591,6 +591,62 @@ class SinkContract:
             harness.sink(MergeSpec(keys=["id"])).write(harness.rows((None, "i", "x")), 4)
         assert harness.marker() == 3
 
+    def test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included(
+        self, harness: Harness
+    ) -> None:
+        spec = MergeSpec(mode="scd2", keys=["id"], sequence_by="note", delete_when="value = 'DEL'")
+        sink = harness.sink(spec)
+
+        def history() -> list[tuple[Any, ...]]:
+            rows = support.rows(harness.target)
+            return sorted(
+                (r["id"], r["value"], r["note"], r["valid_from"], r["valid_to"], r["is_current"])
+                for r in rows
+            )
+
+        sink.write(harness.rows((1, "a", "n1"), (2, "b", "n1")), 0)
+        sink.pre_commit(harness.rows((1, "b", "n3")), 1)
+        # v2: a late row of 1, a delete of 2, a delete of a key never seen (tombstone)
+        sink.pre_commit(harness.rows((1, "late", "n2"), (2, "DEL", "n2"), (3, "DEL", "n5")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        expected = [
+            (1, "a", "n1", "n1", "n2", False),
+            (1, "b", "n3", "n3", None, True),
+            (1, "late", "n2", "n2", "n3", False),
+            (2, "b", "n1", "n1", "n2", False),
+            (3, None, "n5", "n5", "n5", False),
+        ]
+        assert history() == expected
+        assert harness.marker() == 2
+        assert sink.write(harness.rows((1, "zz", "n9")), 1).committed_versions == []  # replay
+        assert history() == expected
+
+        # an older row of 3 arrives after its delete: it ends at the delete
+        sink.pre_commit(harness.rows((3, "c", "n4")), 3)
+        crash_after_the_target_commit(sink, 3)
+        harness.sink(spec).recover()
+        expected[-1] = (3, "c", "n4", "n4", "n5", False)
+        assert history() == expected
+        assert harness.marker() == 3
+        assert support.staged_versions(harness.staging) == []
+
+        with pytest.raises(DuplicateKeyError, match="one event per key and sequence_by"):
+            sink.write(harness.rows((1, "x", "n7"), (1, "y", "n7")), 4)
+        assert harness.marker() == 3
+        assert history() == expected
+
+    def test_scd2_refuses_a_target_without_history_columns_before_writing(
+        self, harness: Harness
+    ) -> None:
+        harness.sink(MergeSpec(keys=["id"])).write(harness.rows((1, "a", "n1")), 0)
+        spec = MergeSpec(mode="scd2", keys=["id"], sequence_by="note")
+        sink = DeltaSink(harness.target, "history", spec, **harness.sink_kwargs)
+        with pytest.raises(SchemaMismatchError, match="has no column 'valid_from'"):
+            sink.write(harness.rows((1, "b", "n2")), 0)
+        assert support.marker(harness.target, "history") is None
+        assert support.staged_versions(sink.staging) == []
+        assert harness.contents() == [(1, "a", "n1")]
+
 
 class Crash(Exception):
     """The simulated death of the job."""

@@ -23,6 +23,12 @@ Two parts, both plain Python over lists of dicts:
   - with ``null_safe_keys`` a key column may be null, and null equals null: a key
     with nulls is one key like any other (Python's ``None == None``);
   - ``insert``: only absent keys are inserted; ``append``: every row is appended;
+  - ``scd2``: every row is an event of its key at its sequence (a delete row a delete
+    event); a later version's event at a key's existing sequence replaces it. The
+    target is rebuilt from all events: sorted by sequence, an upsert event is a row
+    valid from its sequence to the next event's (open, and current, when last); a
+    delete event is a row only when the event before it is not an upsert (or there is
+    none): keys and sequence only, valid from and to its own sequence, not current;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution).
 
@@ -60,6 +66,10 @@ class Fold:
     replace_by: tuple[str, ...] | None = None
     #: ``replace_where`` as a Python predicate on a target row.
     replace_where: Callable[[Row], bool] | None = None
+    #: ``scd2``: the (valid from, valid to, is current) column names.
+    history: tuple[str, str, str] | None = None
+    #: ``scd2``: per key, its events: sequence -> the row (``None``: a delete).
+    events: dict[tuple[Any, ...], dict[Any, Row | None]] = field(default_factory=dict)
 
     def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
         if self.sequence_by is None:
@@ -79,6 +89,22 @@ class Fold:
                 self.columns.append(name)
         if self.mode == "append":
             self.appended.extend(dict(r) for r in batch)
+            return
+        if self.mode == "scd2":
+            assert self.history is not None
+            assert self.sequence_by is not None
+            for name in self.history:
+                if name not in self.columns:
+                    self.columns.append(name)
+            seen = set()
+            for row in batch:
+                key = tuple(row[k] for k in self.keys)
+                assert (key, row[self.sequence_by]) not in seen, "duplicate event in a batch"
+                seen.add((key, row[self.sequence_by]))
+                is_delete = self.delete_column is not None and row[self.delete_column] == "D"
+                self.events.setdefault(key, {})[row[self.sequence_by]] = (
+                    None if is_delete else dict(row)
+                )
             return
         if self.mode == "replace":
             by = self.replace_by
@@ -128,9 +154,38 @@ class Fold:
             return {c: v for c, v in row.items() if c not in self.except_columns}
         return row
 
+    def _history(self) -> list[Row]:
+        assert self.history is not None
+        assert self.sequence_by is not None
+        start, end, current = self.history
+        rows = []
+        for key, events in self.events.items():
+            order = sorted(events)
+            for i, seq in enumerate(order):
+                following = order[i + 1] if i + 1 < len(order) else None
+                row = events[seq]
+                if row is not None:
+                    rows.append({**row, start: seq, end: following, current: following is None})
+                elif i == 0 or events[order[i - 1]] is None:
+                    rows.append(
+                        {
+                            **dict(zip(self.keys, key, strict=True)),
+                            self.sequence_by: seq,
+                            start: seq,
+                            end: seq,
+                            current: False,
+                        }
+                    )
+        return rows
+
     def expected(self) -> list[Row]:
         """The model target's rows, every column present (null where never written)."""
-        rows = self.appended if self.mode in ("append", "replace") else list(self.rows.values())
+        if self.mode == "scd2":
+            rows = self._history()
+        elif self.mode in ("append", "replace"):
+            rows = self.appended
+        else:
+            rows = list(self.rows.values())
         return [{c: r.get(c) for c in self.columns} for r in rows]
 
 

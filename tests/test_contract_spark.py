@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from deltasink import (
     DeltaSink,
@@ -269,6 +270,8 @@ class TestSparkBackendSparkLogs(SinkContract):
     test_replace_by_reloads_each_slice_exactly_once = None
     test_replace_where_replaces_the_rows_it_selects = None
     test_null_safe_keys_match_null_with_null = None
+    test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included = None
+    test_scd2_refuses_a_target_without_history_columns_before_writing = None
 
 
 # -- the Spark backend's own guarantees -----------------------------------------------------
@@ -607,6 +610,7 @@ SPARK_PROPERTY_SHAPES = (
     "upsert-sequence-delete-absent-condition",
     "upsert-sequence-delete-null-safe",
     "replace-by-where",
+    "scd2-delete",
 )
 if os.environ.get("DELTASINK_SPARK_PROPERTY_SHAPES") == "all":
     from tests.test_property import SHAPES as _ALL_SHAPES
@@ -667,3 +671,49 @@ def test_gc_and_optimize(delta_spark: Any, target: str) -> None:
     s.optimize()
     assert s.commits_since_optimize() == 0
     assert support.ids(target) == [0, 1, 2]
+
+
+#: A history whose first commit coalesces two versions into a target that does not
+#: exist yet, with late rows, deletes, a crash after the target commit, a second app
+#: and a replay (fixed, so every run covers it).
+FIXED_HISTORY = [
+    ("stage", [(0, 0, False), (3, 1, False)], 0, "commit.before_publish"),
+    ("write", [(0, 2, True), (1, 1, True)], 0, "commit.before_publish"),
+    ("stage", [(0, 1, False), (1, 0, False), (3, 1, True)], 0, "commit.before_publish"),
+    ("crash", [], 0, "publish.after_target_commit"),
+    ("other", [(1, 3, False)], 0, "commit.before_publish"),
+    ("stage", [(2, 3, False)], 0, "commit.before_publish"),
+    ("stage", [(2, 3, True), (2, 1, False)], 0, "commit.before_publish"),
+    ("commit", [], 0, "commit.before_publish"),
+    ("replay", [(0, 3, False)], 1, "commit.before_publish"),
+]
+
+
+@pytest.mark.parametrize("shape", ["upsert-sequence-delete", "scd2-delete"])
+def test_a_fixed_history_with_zone_less_timestamp_keys_equals_the_oracle(
+    delta_spark: Any, shape: str
+) -> None:
+    """Regressions: the coalesced run that created the target wrote the sequence guard
+    column into it; zone-less Arrow timestamps became session-zone TIMESTAMPs."""
+    from tests import test_property as prop
+
+    engine = {"engine": "spark", "spark": delta_spark}
+    for coalesce in (True, False):
+        run = prop.run_history(
+            shape, "timestamp-us", FIXED_HISTORY, coalesce=coalesce, sink_kwargs=engine
+        )
+        schema = pa.schema(DeltaTable(run.target).schema().to_arrow())
+        assert "_deltasink_sequence_guard" not in schema.names
+        assert schema.field("k").type == pa.timestamp("us")
+
+
+def test_arrow_input_with_an_empty_record_batch_keeps_every_row(
+    delta_spark: Any, target: str
+) -> None:
+    """Regression: classic PySpark's createDataFrame(pyarrow.Table) dropped the rows
+    after an empty record batch."""
+    parts = [pa.table({"id": pa.array(ids, pa.int64())}) for ids in ([1, 2], [], [3], [4])]
+    batch = pa.concat_tables(parts)
+    assert [b.num_rows for b in batch.to_batches()] == [2, 0, 1, 1]
+    sink(target, delta_spark).write(batch, 0)
+    assert support.ids(target) == [1, 2, 3, 4]

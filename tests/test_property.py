@@ -82,6 +82,15 @@ SHAPES: dict[str, dict[str, Any]] = {
     # key index 0 has a null first key column (tests the null-safe match)
     "upsert-null-safe": {"mode": "upsert", "null_safe_keys": True},
     "insert-null-safe": {"mode": "insert", "null_safe_keys": True},
+    # every row an event of its key at its sequence: (key, seq) unique per batch
+    "scd2": {"mode": "scd2", "sequence_by": "seq"},
+    "scd2-delete": {"mode": "scd2", "sequence_by": "seq", "delete_when": "op = 'D'"},
+    "scd2-delete-schema-evolution": {
+        "mode": "scd2",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "schema_evolution": True,
+    },
     "upsert-sequence-delete-null-safe": {
         "mode": "upsert",
         "sequence_by": "seq",
@@ -136,6 +145,16 @@ def batches(draw: Any, shape: str, keyed_unique: bool) -> list[tuple[int, int, b
     else:
         keys = draw(st.lists(st.integers(0, KEY_POOL - 1), min_size=size, max_size=size))
     deletes = "delete_when" in SHAPES[shape]
+    if SHAPES[shape]["mode"] == "scd2":  # one event per key and sequence value
+        pairs = draw(
+            st.lists(
+                st.tuples(st.integers(0, KEY_POOL - 1), st.integers(0, 3)),
+                min_size=size,
+                max_size=size,
+                unique=True,
+            )
+        )
+        return [(k, seq, deletes and draw(st.booleans())) for k, seq in pairs]
     return [(k, draw(st.integers(0, 3)), deletes and draw(st.booleans())) for k in keys]
 
 
@@ -205,6 +224,7 @@ class Run:
             replace_where=(
                 CONDITIONS[options["replace_where"]] if "replace_where" in options else None
             ),
+            history=self.spec.history if self.spec.mode == "scd2" else None,
         )
         self.models = {"a": Protocol(fold), "b": Protocol(fold)}
         self.fold = fold

@@ -31,3 +31,13 @@ def test_readme_examples_run(tmp_path: Path, spark: Any) -> None:
         (1, "created", 10.0),
         (2, "created", 20.0),
     ]
+    history = spark.sql(
+        f"SELECT id, city, valid_from, valid_to, is_current FROM delta.`{tmp_path}/silver/customers`"
+        " ORDER BY id, valid_from"
+    ).collect()
+    assert [tuple(r) for r in history] == [  # the table README.md prints
+        (1, "Oslo", 10, 20, False),
+        (1, "Paris", 20, 30, False),
+        (1, "Bergen", 30, None, True),
+        (2, "Rome", 10, 20, False),
+    ]

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from deltasink.batch import DELETE_COLUMN
+from deltasink.batch import DELETE_COLUMN, spark_input
 from deltasink.checks import Check, StagedBatch, decode, encode, run_checks
 from deltasink.errors import UnverifiableChecksError
 from deltasink.history import HistoryEntry, previous_rows
@@ -113,7 +113,7 @@ class Auditor:
         def dataframe() -> Any:
             from .session import embedded_spark
 
-            return embedded_spark().createDataFrame(arrow())
+            return embedded_spark().createDataFrame(spark_input(arrow()))
 
         batch = StagedBatch(
             app_id=self.log.app_id,

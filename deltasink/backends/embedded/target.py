@@ -27,6 +27,7 @@ from deltasink.table import TableDefinition, TableSpec, check_definition
 from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
 from .features import refuse_unwritable
 from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
+from .scd2 import created_rows, merge_history
 
 __all__ = ["TargetTable"]
 
@@ -180,7 +181,8 @@ class TargetTable:
         )
         table = self.open()
         if table is None:
-            created = self._create(data, props, list(versions) or [version])
+            rows = created_rows(data, spec) if spec.mode == "scd2" else data
+            created = self._create(rows, props, list(versions) or [version])
             if created is not None:
                 return self._result(version, data, created, start, inserted=created[1])
             table = self.open()
@@ -218,6 +220,8 @@ class TargetTable:
             metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
         elif spec.mode == "replace":
             metrics["num_target_rows_inserted"] = self._replace(table, values, spec, props)
+        elif spec.mode == "scd2":
+            metrics = merge_history(table, values, flag, spec, props, uri=self.uri)
         elif spec.prunable and (share := overlap(table, values, spec)) == 0.0:
             # Insert-only fast path: no key of the batch can exist in the target, so
             # the MERGE would only insert. Deletes of absent keys are no-ops.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from .definition import create_target, read_definition
 from .errors import is_conflict
 from .fencing import Fence
 from .logs import SparkLogs
+from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
 from .tables import RANK_COLUMN, Tables, fill_select, struct
 
@@ -68,14 +70,15 @@ def source_sql(
     where = f"{quote(VERSION_COLUMN)} IN ({listed})"
     if len(versions) == 1 or spec.mode in ("append", "replace"):
         return f"SELECT {', '.join(cols)} FROM {staging_ref} WHERE {where}"
-    partition = ", ".join(quote(k) for k in spec.keys)
+    partition = ", ".join(quote(k) for k in spec.event_columns)
     if guarded(spec, versions):
         assert spec.sequence_by is not None
         return _folded_sql(staging_ref, where, cols, partition, quote(spec.sequence_by))
     order = (
         [f"{quote(spec.sequence_by)} DESC"] if spec.mode == "upsert" and spec.sequence_by else []
     )
-    order.append(f"{quote(VERSION_COLUMN)} {'DESC' if spec.mode == 'upsert' else 'ASC'}")
+    latest = spec.mode in ("upsert", "scd2")  # scd2: the latest version's event wins
+    order.append(f"{quote(VERSION_COLUMN)} {'DESC' if latest else 'ASC'}")
     ranked = (
         f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY {', '.join(order)}) "
         f"AS {quote(RANK_COLUMN)} FROM {staging_ref} WHERE {where}"
@@ -266,7 +269,22 @@ class TargetWriter:
         spark = self._sql.session()
         target = self._logs.target_frame()
         _faults.point("publish.before_target_commit", versions=list(versions))
-        if target is not None and spec.mode == "replace":
+        history = None
+        if spec.mode == "scd2":  # the changes to the target's history, merged below
+            history = history_changes(spark, source, target, spec)
+        if target is not None and history is not None:
+            if spec.schema_evolution:
+                wanted = struct([f for f in history.schema.fields if f.name != DELETE_COLUMN])
+                self._sql.add_columns(t.target_ref, wanted, target.columns)
+            view = f"deltasink_history_{uuid.uuid4().hex}"
+            history.createOrReplaceTempView(view)
+            statement = history_merge_sql(t.target_ref, spec, list(history.columns), view)
+            try:
+                with delta_txn(spark, t.app_id, version, user_metadata=metadata):
+                    spark.sql(statement).collect()
+            finally:
+                spark.catalog.dropTempView(view)
+        elif target is not None and spec.mode == "replace":
             frame = spark.sql(source)
             select = fill_select(target.schema.fields, frame.columns)
             select += [quote(c) for c in frame.columns if c not in set(target.columns)]
@@ -288,9 +306,11 @@ class TargetWriter:
                 options=options,
             )
         elif target is None or spec.mode in ("append", "replace"):
-            frame = spark.sql(source)
-            if spec.delete_when:
+            frame = spark.sql(source) if history is None else history
+            if spec.delete_when or history is not None:
                 frame = frame.where(f"NOT {quote(DELETE_COLUMN)}").drop(DELETE_COLUMN)
+            # A coalesced run creating the target: its guard is compared, never written.
+            frame = frame.drop(GUARD_COLUMN)
             options = {"mergeSchema": "true"} if spec.schema_evolution else {}
             if target is None and self.table_spec is not None:
                 create_target(self._sql, t, frame.schema, self.table_spec)

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from deltasink.batch import (
     DELETE_COLUMN,
+    SCD2_DUPLICATES,
     check_replace_where,
     check_required,
     collect,
@@ -21,6 +22,7 @@ from deltasink.batch import (
     prepare,
     quote,
     spark_arrow,
+    spark_input,
 )
 from deltasink.errors import DuplicateKeyError, KeyColumnError, SchemaMismatchError
 from deltasink.spec import MergeSpec
@@ -31,6 +33,7 @@ from .tables import RANK_COLUMN, ddl_type
 __all__ = ["PreparedFrame", "as_dataframe", "prepare_frame", "require_dataframe"]
 
 _ROW = "_deltasink_row"
+_HINT = "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row per key."
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,12 @@ def as_dataframe(batch: object, sql: SparkSql) -> Any:
             else batch.read_all()
         )
     if isinstance(batch, pa.Table):
-        return sql.session().createDataFrame(batch)
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        # A zone-less Arrow timestamp is TIMESTAMP_NTZ (PySpark would make it a
+        # session-zone TIMESTAMP, another type and another instant).
+        schema = from_arrow_schema(batch.schema, prefer_timestamp_ntz=True)
+        return sql.session().createDataFrame(spark_input(batch), schema=schema)
     return batch
 
 
@@ -119,12 +127,17 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
                 column=name,
             )
     rows = stats["n"]
-    if spec.keys:
+    if spec.mode == "scd2":  # one event per key and sequence value
+        if stats["keys"] != stats["n"]:
+            _raise_duplicates(
+                frame, spec.event_columns, stats["n"] - stats["keys"], SCD2_DUPLICATES
+            )
+    elif spec.keys:
         if spec.sequence_by:
             frame = _latest_per_key(frame, spec.keys, spec.sequence_by)
             rows = stats["keys"]
         elif stats["keys"] != stats["n"]:
-            _raise_duplicates(frame, spec.keys, stats["n"] - stats["keys"])
+            _raise_duplicates(frame, spec.keys, stats["n"] - stats["keys"], _HINT)
     columns = tuple(c for c in staged.column_names if c != DELETE_COLUMN)
     target_types = {} if target is None else {f.name: f.dataType for f in target.schema.fields}
     batch_types = {f.name: f.dataType for f in frame.schema.fields}
@@ -150,7 +163,7 @@ def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[s
             f"sum(CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END) AS `notnull_{i}`"
         )
     if spec.keys:
-        listed = ", ".join(quote(k) for k in spec.keys)
+        listed = ", ".join(quote(k) for k in spec.event_columns)
         # count(DISTINCT a, b) skips rows with a null; a struct is never null
         distinct = f"struct({listed})" if spec.null_safe_keys else listed
         exprs.append(f"count(DISTINCT {distinct}) AS `keys`")
@@ -172,14 +185,12 @@ def _latest_per_key(frame: Any, keys: Sequence[str], sequence_by: str) -> Any:
     )
 
 
-def _raise_duplicates(frame: Any, keys: Sequence[str], extra: int) -> None:
+def _raise_duplicates(frame: Any, keys: Sequence[str], extra: int, hint: str = _HINT) -> None:
     counted = frame.groupBy(*keys).count().where("`count` > 1")
     dup = counted.selectExpr("count(1) AS n").collect()[0]["n"]
     example = counted.limit(1).collect()[0].asDict()
     times = example.pop("count")
     raise DuplicateKeyError(
-        f"{dup} key(s) appear more than once in the batch, e.g. {example} ({times} times). "
-        "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row "
-        "per key.",
+        f"{dup} key(s) appear more than once in the batch, e.g. {example} ({times} times). " + hint,
         column=keys[0],
     )
