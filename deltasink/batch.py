@@ -29,8 +29,8 @@ __all__ = [
     "DELETE_COLUMN",
     "GUARD_COLUMN",
     "SCD2_DUPLICATES",
-    "check_replace_where",
     "check_required",
+    "check_row_predicates",
     "collect",
     "delete_expr",
     "first_per_key",
@@ -177,16 +177,16 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
         data = data.read_all()
     if isinstance(data, pa.Table):
         _check_names(data.column_names)
-        if spec.replace_where:
-            check_replace_where(_arrow_frame(data), spec, data.column_names)
+        if spec.replace_where or spec.target_predicate:
+            check_row_predicates(_arrow_frame(data), spec, data.column_names)
         if not spec.delete_when:
             return data
         return _flag_arrow(data, spec)
     if is_spark_dataframe(data):
         frame: Any = data
         _check_names(list(frame.columns))
-        if spec.replace_where:
-            check_replace_where(frame, spec, list(frame.columns))
+        if spec.replace_where or spec.target_predicate:
+            check_row_predicates(frame, spec, list(frame.columns))
         return _spark_to_arrow(frame, spec)
     raise InvalidInputError(
         "a batch must be a PySpark DataFrame (classic or Spark Connect), a pyarrow.Table, "
@@ -194,34 +194,57 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
     )
 
 
-def outside_replace_where(predicate: str) -> str:
-    """A Spark SQL expression true for a row ``replace_where`` does not hold for."""
+def outside(predicate: str) -> str:
+    """A Spark SQL expression true for a row ``predicate`` does not hold for."""
     return f"NOT coalesce(({predicate}), false)"
 
 
-def check_replace_where(frame: Any, spec: MergeSpec, columns: Sequence[str]) -> None:
+def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) -> None:
     """Every row of ``frame`` (a Spark DataFrame of the batch) satisfies
-    ``replace_where``: a version replaces only rows the predicate selects, so it may
-    only write such rows (Delta refuses the others at commit time; deltasink before
-    anything is written).
+    ``replace_where`` (a version replaces only rows the predicate selects, so it may
+    only write such rows; Delta refuses the others at commit time, deltasink before
+    anything is written) and ``target_predicate`` (evaluated with the batch as ``t``:
+    the MERGE sees only target rows satisfying it, so a row outside it would insert a
+    key again). One Spark job for both.
 
     Raises:
-        InvalidInputError: Some rows do not satisfy it, or it does not evaluate.
+        InvalidInputError: Some rows do not satisfy one, or one does not evaluate.
     """
-    assert spec.replace_where is not None
-    try:
-        outside = int(frame.where(outside_replace_where(spec.replace_where)).count())
-    except Exception as exc:
-        raise InvalidInputError(
-            f"MergeSpec.replace_where {spec.replace_where!r} is not a valid Spark SQL "
-            f"predicate over the batch columns {list(columns)}: {exc}"
-        ) from exc
-    if outside:
-        raise InvalidInputError(
-            f"{outside} row(s) of the batch do not satisfy MergeSpec.replace_where "
-            f"{spec.replace_where!r}: a version may only write rows of the slice it "
-            "replaces. Filter them in the job."
+    checks = [
+        (name, predicate)
+        for name, predicate in (
+            ("replace_where", spec.replace_where),
+            ("target_predicate", spec.target_predicate),
         )
+        if predicate
+    ]
+    if not checks:
+        return
+    counts = ", ".join(
+        f"sum(CASE WHEN {outside(predicate)} THEN 1 ELSE 0 END) AS `{name}`"
+        for name, predicate in checks
+    )
+    try:
+        aliased = frame.alias("t") if spec.target_predicate else frame
+        row = aliased.selectExpr(counts).collect()[0].asDict()
+    except Exception as exc:
+        listed = " and ".join(f"MergeSpec.{n} {p!r}" for n, p in checks)
+        raise InvalidInputError(
+            f"{listed} is not a valid Spark SQL predicate over the batch columns "
+            f"{list(columns)}: {exc}"
+        ) from exc
+    for name, predicate in checks:
+        if row[name]:
+            why = (
+                "a version may only write rows of the slice it replaces"
+                if name == "replace_where"
+                else "the MERGE sees only target rows satisfying it, so such a row "
+                "could insert its key again"
+            )
+            raise InvalidInputError(
+                f"{row[name]} row(s) of the batch do not satisfy MergeSpec.{name} "
+                f"{predicate!r}: {why}. Filter them in the job."
+            )
 
 
 def _arrow_frame(data: pa.Table) -> Any:

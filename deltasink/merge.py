@@ -243,6 +243,8 @@ def compile_merge(
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
+    if spec.target_predicate:  # the user's pruning predicate, checked on every batch row
+        on = f"{on} AND ({spec.target_predicate})"
     if prune:
         on = f"{on} AND {prune}"
     data_columns = tuple(c for c in columns if c not in (DELETE_COLUMN, GUARD_COLUMN))

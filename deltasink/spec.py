@@ -98,6 +98,16 @@ class MergeSpec:
             the target's columns, qualified with the target alias ``t`` (e.g.
             ``"t.region = 'EU'"``); only target rows for which it is true are deleted
             when absent from the batch (a null result keeps the row).
+        target_predicate: Only for ``upsert``/``insert``: a SQL predicate over the
+            target's columns, qualified with ``t`` (e.g. ``"t.day >= '2026-01-01'"``),
+            added to the MERGE's join condition so the engine reads only the target
+            files that can hold it (partition or file pruning, as in Delta's docs).
+            The MERGE sees only target rows satisfying it, so every batch row must
+            satisfy it too (evaluated on the batch as ``t``; else an
+            :class:`~deltasink.errors.InvalidInputError` before anything is written):
+            a key's rows must stay on the same side of it (e.g. a partition column
+            that never changes for a key). Not with
+            ``when_not_matched_by_source="delete"``.
         history_columns: Only for ``scd2``: the names of the three columns it adds to
             the target: where a row's validity starts and ends (the ``sequence_by``
             type; the end null while current) and whether it is current. Default
@@ -124,6 +134,7 @@ class MergeSpec:
     replace_where: str | None = None
     null_safe_keys: bool = False
     history_columns: Sequence[str] | None = None
+    target_predicate: str | None = None
 
     def __post_init__(self) -> None:
         keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
@@ -183,6 +194,7 @@ class MergeSpec:
                     "delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
         self._check_history(keys)
+        self._check_target_predicate()
         self._check_partial_update(keys)
         self._check_not_matched_by_source()
         self._check_replace()
@@ -193,6 +205,29 @@ class MergeSpec:
         if self.null_safe_keys and not keys:
             raise ConfigurationError(
                 "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
+            )
+
+    def _check_target_predicate(self) -> None:
+        """Validate ``target_predicate``."""
+        predicate = self.target_predicate
+        if predicate is None:
+            return
+        if not isinstance(predicate, str) or not predicate.strip():
+            raise ConfigurationError(
+                "MergeSpec.target_predicate must be a non-empty SQL predicate over target "
+                "columns qualified with t, e.g. \"t.day >= '2026-01-01'\"."
+            )
+        if self.mode not in ("upsert", "insert"):
+            raise ConfigurationError(
+                "MergeSpec.target_predicate is only valid with mode='upsert' or 'insert' "
+                f"(a MERGE by keys), not mode={self.mode!r}."
+            )
+        if self.when_not_matched_by_source == "delete":
+            raise ConfigurationError(
+                "MergeSpec.target_predicate cannot be combined with "
+                "when_not_matched_by_source='delete': every target row outside it would "
+                "look absent from the batch and be deleted; use "
+                "not_matched_by_source_condition to limit the deletes."
             )
 
     def _check_history(self, keys: tuple[str, ...]) -> None:
@@ -434,4 +469,5 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "replace_where": None,
     "null_safe_keys": False,
     "history_columns": None,
+    "target_predicate": None,
 }

@@ -591,6 +591,22 @@ class SinkContract:
             harness.sink(MergeSpec(keys=["id"])).write(harness.rows((None, "i", "x")), 4)
         assert harness.marker() == 3
 
+    def test_target_predicate_prunes_and_refuses_rows_outside_it(self, harness: Harness) -> None:
+        harness.sink(MergeSpec(keys=["id"])).write(harness.rows((1, "a", "d1")), 0)
+        spec = MergeSpec(keys=["id"], target_predicate="t.note >= 'd2'")
+        sink = DeltaSink(harness.target, "recent", spec, **harness.sink_kwargs)
+        sink.write(harness.rows((2, "b", "d2"), (3, "c", "d3")), 0)
+        sink.pre_commit(harness.rows((2, "bb", "d2")), 1)
+        sink.pre_commit(harness.rows((3, "cc", "d3"), (4, "d", "d4")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        expected = [(1, "a", "d1"), (2, "bb", "d2"), (3, "cc", "d3"), (4, "d", "d4")]
+        assert harness.contents() == expected
+        with pytest.raises(InvalidInputError, match=r"1 row\(s\) of the batch do not satisfy"):
+            sink.write(harness.rows((1, "x", "d1"), (5, "e", "d5")), 3)  # 1 lies outside
+        assert support.marker(harness.target, "recent") == 2
+        assert support.staged_versions(sink.staging) == []
+        assert harness.contents() == expected
+
     def test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included(
         self, harness: Harness
     ) -> None:

@@ -271,6 +271,7 @@ class TestSparkBackendSparkLogs(SinkContract):
     test_replace_where_replaces_the_rows_it_selects = None
     test_null_safe_keys_match_null_with_null = None
     test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included = None
+    test_target_predicate_prunes_and_refuses_rows_outside_it = None
     test_scd2_refuses_a_target_without_history_columns_before_writing = None
 
 

@@ -353,3 +353,33 @@ def test_null_keys_outside_every_files_range_still_match(tmp_path: Path) -> None
     sink.write(pa.table({"k": pa.array([None, 50], pa.int64()), "v": ["c", "d"]}), 1)
     rows = sorted(((r["k"] or 0), r["v"]) for r in support.rows(target, sort_by="v"))
     assert rows == [(0, "c"), (1, "b"), (50, "d")]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"keys": ["k"], "target_predicate": " "}, "non-empty SQL predicate"),
+        ({"mode": "append", "target_predicate": "t.d > 1"}, "only valid with mode='upsert'"),
+        (
+            {"keys": ["k"], "target_predicate": "t.d > 1", "when_not_matched_by_source": "delete"},
+            "cannot be combined",
+        ),
+    ],
+)
+def test_bad_target_predicates_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        MergeSpec(**kwargs)
+
+
+def test_a_target_predicate_that_does_not_evaluate_is_refused_before_writing(
+    tmp_path: Path,
+) -> None:
+    from deltasink import InvalidInputError
+
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "a", MergeSpec(keys=["k"], target_predicate="t.nope > 1"))
+    with pytest.raises(InvalidInputError, match=r"target_predicate 't\.nope > 1' is not a valid"):
+        sink.write(pa.table({"k": [1], "d": [2]}), 0)
+    assert not Path(target).exists()
+    spec = MergeSpec(keys=["k"], target_predicate="t.d > 1")
+    assert MergeSpec.from_json(spec.to_json()) == spec

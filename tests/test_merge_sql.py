@@ -263,6 +263,14 @@ def test_merge_sql_text() -> None:
     ]
 
 
+def test_target_predicate_joins_the_on_clause_before_the_key_range() -> None:
+    from deltasink.merge import compile_merge
+
+    spec = MergeSpec(keys=["id"], target_predicate="t.day >= '2026-01-01'")
+    plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1")
+    assert plan.on == "t.`id` = s.`id` AND (t.day >= '2026-01-01') AND t.`id` >= 1"
+
+
 @pytest.mark.parametrize(
     ("spec", "order"),
     [

@@ -82,6 +82,13 @@ SHAPES: dict[str, dict[str, Any]] = {
     # key index 0 has a null first key column (tests the null-safe match)
     "upsert-null-safe": {"mode": "upsert", "null_safe_keys": True},
     "insert-null-safe": {"mode": "insert", "null_safe_keys": True},
+    # a pruning predicate every row satisfies (v is never null): same result
+    "upsert-sequence-delete-target-predicate": {
+        "mode": "upsert",
+        "sequence_by": "seq",
+        "delete_when": "op = 'D'",
+        "target_predicate": "t.`v` IS NOT NULL",
+    },
     # every row an event of its key at its sequence: (key, seq) unique per batch
     "scd2": {"mode": "scd2", "sequence_by": "seq"},
     "scd2-delete": {"mode": "scd2", "sequence_by": "seq", "delete_when": "op = 'D'"},

@@ -14,8 +14,8 @@ import pyarrow as pa
 from deltasink.batch import (
     DELETE_COLUMN,
     SCD2_DUPLICATES,
-    check_replace_where,
     check_required,
+    check_row_predicates,
     collect,
     delete_expr,
     is_spark_dataframe,
@@ -99,8 +99,8 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     """
     zero = collect(df.limit(0), spec)  # names; delete_when evaluated by the df's session
     check_required(zero, spec)  # missing key / sequence_by columns
-    if spec.replace_where:  # every row in the slice it replaces (zero had no rows)
-        check_replace_where(df, spec, zero.column_names)
+    if spec.replace_where or spec.target_predicate:  # every row satisfies them
+        check_row_predicates(df, spec, zero.column_names)
     target_arrow: pa.Schema | None = None if target is None else spark_arrow(target.limit(0)).schema
     frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
     not_null = [
