@@ -97,7 +97,9 @@ class MergeSpec:
         not_matched_by_source_condition: With ``"delete"`` only: a SQL predicate over
             the target's columns, qualified with the target alias ``t`` (e.g.
             ``"t.region = 'EU'"``); only target rows for which it is true are deleted
-            when absent from the batch (a null result keeps the row).
+            when absent from the batch (a null result keeps the row). It must resolve
+            on the existing target (:class:`~deltasink.errors.InvalidInputError`
+            before anything is written).
         target_predicate: Only for ``upsert``/``insert``: a SQL predicate over the
             target's columns, qualified with ``t`` (e.g. ``"t.day >= '2026-01-01'"``),
             added to the MERGE's join condition so the engine reads only the target

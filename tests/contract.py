@@ -528,6 +528,22 @@ class SinkContract:
         assert harness.contents() == [(3, "c", "keep")]
         assert harness.marker() == 4
 
+    def test_a_bad_not_matched_by_source_condition_is_refused_before_writing(
+        self, harness: Harness
+    ) -> None:
+        harness.sink(MergeSpec(keys=["id"])).write(harness.rows((1, "a", "x")), 0)
+        spec = MergeSpec(
+            keys=["id"],
+            when_not_matched_by_source="delete",
+            not_matched_by_source_condition="t.nope = 'x'",
+        )
+        sink = DeltaSink(harness.target, "sync", spec, **harness.sink_kwargs)
+        with pytest.raises(InvalidInputError, match="not_matched_by_source_condition"):
+            sink.write(harness.rows((2, "b", "x")), 0)
+        assert support.marker(harness.target, "sync") is None
+        assert support.staged_versions(sink.staging) == []
+        assert harness.contents() == [(1, "a", "x")]
+
     def test_replace_by_reloads_each_slice_exactly_once(self, harness: Harness) -> None:
         spec = MergeSpec(mode="replace", replace_by=["note"])
         sink = harness.sink(spec)

@@ -180,6 +180,7 @@ class EmbeddedBackend:
             )
         data = self._prepare(batch, spec)
         self.target.check_writable(data.column_names)
+        self.target.check_condition(spec)
         return Prepared(version, data.num_rows, data)
 
     def _claim_for(self, prepared: Prepared) -> int:

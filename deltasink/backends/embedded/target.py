@@ -10,13 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
-from deltasink.errors import CommitError, ConfigurationError
+from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
@@ -61,6 +61,7 @@ class TargetTable:
         self.max_attempts = max_attempts
         self.table_spec = table
         self._definition_checked = False
+        self._condition_checked: str | None = None
         self._options = dict(storage_options or {})
         self._table: DeltaTable | None = None
 
@@ -98,6 +99,27 @@ class TargetTable:
         )
         check_definition(spec, found, table=self.uri)
         self._definition_checked = True
+
+    def check_condition(self, spec: MergeSpec) -> None:
+        """``not_matched_by_source_condition`` parses and resolves on the existing
+        target (as the MERGE will read it), before anything is written; once per
+        condition. Raises :class:`~deltasink.errors.InvalidInputError`."""
+        condition = spec.not_matched_by_source_condition
+        if condition is None or condition == self._condition_checked:
+            return
+        table = self.open(fresh=False)
+        if table is None:  # the first version creates the target: nothing to delete
+            return
+        try:
+            query = f"SELECT 1 FROM {TARGET} WHERE {condition} LIMIT 0"
+            QueryBuilder().register(TARGET, table).execute(query).read_all()
+        except Exception as exc:
+            raise InvalidInputError(
+                f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
+                f"predicate over the columns of target {self.uri} (qualified with t): {exc}",
+                table=self.uri,
+            ) from exc
+        self._condition_checked = condition
 
     def committed_version(self, app_id: str) -> int | None:
         """The target's ``txn`` version for ``app_id`` (``None`` if never committed)."""

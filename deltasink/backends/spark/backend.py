@@ -28,7 +28,13 @@ from .publish import TargetWriter, source_sql
 from .session import SparkSql
 from .stage import StagingWriter
 from .tables import Tables
-from .validate import PreparedFrame, as_dataframe, prepare_frame, require_dataframe
+from .validate import (
+    PreparedFrame,
+    as_dataframe,
+    check_condition,
+    prepare_frame,
+    require_dataframe,
+)
 
 __all__ = ["SparkBackend"]
 
@@ -159,9 +165,9 @@ class SparkBackend:
     def _prepare(self, batch: object, spec: MergeSpec) -> PreparedFrame:
         df = as_dataframe(batch, self._sql)
         self._sql.session(df)
-        prepared = prepare_frame(
-            require_dataframe(df), spec, self._logs.target_frame(), table=self.target
-        )
+        target = self._logs.target_frame()
+        prepared = prepare_frame(require_dataframe(df), spec, target, table=self.target)
+        check_condition(spec, target, table=self.target)
         self._target_writer.check_definition(prepared.columns)
         _faults.point("stage.before_write")
         return prepared

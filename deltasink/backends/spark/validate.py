@@ -24,13 +24,24 @@ from deltasink.batch import (
     spark_arrow,
     spark_input,
 )
-from deltasink.errors import DuplicateKeyError, KeyColumnError, SchemaMismatchError
+from deltasink.errors import (
+    DuplicateKeyError,
+    InvalidInputError,
+    KeyColumnError,
+    SchemaMismatchError,
+)
 from deltasink.spec import MergeSpec
 
 from .session import SparkSql
 from .tables import RANK_COLUMN, ddl_type
 
-__all__ = ["PreparedFrame", "as_dataframe", "prepare_frame", "require_dataframe"]
+__all__ = [
+    "PreparedFrame",
+    "as_dataframe",
+    "check_condition",
+    "prepare_frame",
+    "require_dataframe",
+]
 
 _ROW = "_deltasink_row"
 _HINT = "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row per key."
@@ -151,6 +162,27 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     if spec.delete_when:
         select.append(quote(DELETE_COLUMN))
     return PreparedFrame(frame.selectExpr(*select), columns, int(rows))
+
+
+def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
+    """``not_matched_by_source_condition`` resolves on the existing target (a Spark
+    DataFrame aliased ``t``), before anything is written; Spark analyses it without
+    running a job.
+
+    Raises:
+        InvalidInputError: It does not.
+    """
+    condition = spec.not_matched_by_source_condition
+    if condition is None or target is None:
+        return
+    try:
+        target.alias("t").where(condition).schema  # noqa: B018 (analysis only)
+    except Exception as exc:
+        raise InvalidInputError(
+            f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
+            f"predicate over the columns of target {table} (qualified with t): {exc}",
+            table=table,
+        ) from exc
 
 
 def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[str, int]:
