@@ -383,3 +383,20 @@ def test_a_target_predicate_that_does_not_evaluate_is_refused_before_writing(
     assert not Path(target).exists()
     spec = MergeSpec(keys=["k"], target_predicate="t.d > 1")
     assert MergeSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_replace_reports_the_rows_it_deleted(tmp_path: Path, direct: bool) -> None:
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "a", MergeSpec(mode="replace", replace_by=["d"]))
+    sink.write(pa.table({"d": ["a", "a", "b"], "v": [1, 2, 3]}), 0)
+    batch = pa.table({"d": ["a", "c"], "v": [9, 10]})
+    if direct:
+        report = sink.write(batch, 1)
+    else:
+        sink.pre_commit(batch, 1)
+        report = sink.commit(1)
+    (result,) = report.results
+    assert (result.rows_inserted, result.rows_deleted) == (2, 2)  # a, a out; a, c in
+    rows = DeltaTable(target).to_pyarrow_table().sort_by("v").to_pylist()
+    assert rows == [{"d": "b", "v": 3}, {"d": "a", "v": 9}, {"d": "c", "v": 10}]

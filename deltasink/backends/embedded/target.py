@@ -241,7 +241,8 @@ class TargetTable:
         if spec.mode == "append":
             metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
         elif spec.mode == "replace":
-            metrics["num_target_rows_inserted"] = self._replace(table, values, spec, props)
+            inserted, deleted = self._replace(table, values, spec, props)
+            metrics.update(num_target_rows_inserted=inserted, num_target_rows_deleted=deleted)
         elif spec.mode == "scd2":
             metrics = merge_history(table, values, flag, spec, props, uri=self.uri)
         elif spec.prunable and (share := overlap(table, values, spec)) == 0.0:
@@ -342,13 +343,18 @@ class TargetTable:
     @staticmethod
     def _replace(
         table: DeltaTable, values: pa.Table, spec: MergeSpec, props: CommitProperties
-    ) -> int:
+    ) -> tuple[int, int]:
         """Replace the rows :func:`~deltasink.merge.replace_predicate` selects with
         ``values``, in one overwrite commit; nothing when it selects nothing (the caller
-        then commits the marker alone)."""
+        then commits the marker alone). Returns (rows inserted, rows deleted): delta-rs
+        reports no deleted rows for an overwrite, so they are counted first, on the
+        snapshot the overwrite replaces (files pruned by the predicate)."""
         predicate = replace_predicate(spec, values)
         if predicate is None:
-            return 0
+            return 0, 0
+        query = f"SELECT count(*) AS n FROM {TARGET} WHERE {predicate}"
+        counted = pa.table(QueryBuilder().register(TARGET, table).execute(query))
+        deleted = int(counted.column(0)[0].as_py()) if counted.num_rows else 0
         for column in arrow_schema(table):
             if column.name not in values.column_names:
                 values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
@@ -361,7 +367,7 @@ class TargetTable:
             commit_properties=props,
             post_commithook_properties=post_commit_hooks(table),
         )
-        return values.num_rows
+        return values.num_rows, deleted
 
     def _create(
         self, data: pa.Table, props: CommitProperties, versions: list[int]
