@@ -39,7 +39,7 @@ from deltasink.errors import (
     QuarantinedError,
     UnverifiableChecksError,
 )
-from deltasink.locations import STAGING_SUFFIX, is_local, normalize_uri
+from deltasink.locations import STAGING_SUFFIX, is_catalog_name, is_local, normalize_uri
 from deltasink.protocol import CommitReport
 from deltasink.sink import DeltaSink
 
@@ -58,7 +58,10 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 
-Target = Annotated[str, typer.Argument(help="Target Delta table path or URI.")]
+Target = Annotated[
+    str,
+    typer.Argument(help="Target Delta table path or URI (a catalog name with --spark)."),
+]
 AppOpt = Annotated[str, typer.Option("--app", "-a", help="The writer's app_id.")]
 StagingOpt = Annotated[
     str | None,
@@ -117,6 +120,27 @@ def _storage_options(pairs: list[str] | None) -> dict[str, str] | None:
     return options
 
 
+class _Options:
+    """Options given before the command (``deltasink --spark status ...``)."""
+
+    spark: bool = False
+
+
+@app.callback()
+def _global(
+    spark: Annotated[
+        bool,
+        typer.Option(
+            "--spark",
+            help="Open the tables through a Spark session (SparkSession.builder."
+            "getOrCreate(): the cluster's, or Databricks Connect's), as the spark engine "
+            "does; needed for catalog table names such as main.sales.orders.",
+        ),
+    ] = False,
+) -> None:
+    _Options.spark = spark
+
+
 def _sink(
     target: str,
     app_id: str,
@@ -125,6 +149,18 @@ def _sink(
     *,
     skip_unverifiable: bool = False,
 ) -> DeltaSink:
+    session = None
+    if _Options.spark:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.builder.getOrCreate()
+    elif is_catalog_name(target):
+        raise ConfigurationError(
+            f"{target} is a catalog table name: open it through a Spark session with "
+            f"`deltasink --spark ...` (on the cluster, e.g. its web terminal, or with "
+            "Databricks Connect), or pass the table's storage path.",
+            table=target,
+        )
     return DeltaSink(
         target=target,
         app_id=app_id,
@@ -132,6 +168,8 @@ def _sink(
         staging=staging,
         unverifiable_checks="skip" if skip_unverifiable else "refuse",
         storage_options=_storage_options(storage),
+        engine="spark" if session is not None else "auto",
+        spark=session,
     )
 
 

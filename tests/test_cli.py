@@ -306,3 +306,10 @@ def test_recover_asks_before_fencing_a_live_writer_on_a_terminal(
         job.pre_commit(pa.table({"id": [9], "value": ["z"]}), 5)
     code, _ = invoke("recover", job.target, "--app", "orders", "--yes")  # never asks
     assert code == 0
+
+
+def test_a_catalog_name_without_spark_says_how_to_open_it() -> None:
+    result = CliRunner().invoke(cli.app, ["status", "main.sales.orders", "--app", "a"])
+    assert result.exit_code == 3
+    assert "catalog table name" in result.output
+    assert "deltasink --spark" in result.output

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import glob
+import json
 import os
 import re
 import shutil
@@ -542,6 +543,19 @@ def test_catalog_table_names(delta_spark: Any) -> None:
     assert [h.version for h in s.history()] == [2, 1, 0]
     assert s.status().committed_version == 2
     assert s.status().pending_versions == []
+
+    # the operator's CLI on the same catalog table, through the active session
+    from typer.testing import CliRunner
+
+    from deltasink import cli
+
+    args = ["--spark", "status", name, "--app", "orders-ingest", "--json"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert (shown["committed_version"], shown["pending_versions"]) == (2, [])
+    result = CliRunner().invoke(cli.app, ["--spark", "history", name, "--app", "orders-ingest"])
+    assert result.exit_code == 0, result.output
 
 
 def test_table_spec_on_a_catalog_table_with_liquid_clustering(delta_spark: Any) -> None:
