@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from deltasink import CommitError, DeltaSink, MergeSpec, checks
+from deltasink import CommitError, DeltaSink, FencedError, MergeSpec, checks
 from deltasink._faults import FaultInjected, armed
 from deltasink.backends.embedded.deltalog import post_commit_hooks
-from deltasink.backends.embedded.staging import StagingLog
+from deltasink.backends.embedded.staging import StagingLog, StagingWriter
 from deltasink.merge import key_ranges
 from tests import support
 
@@ -280,6 +280,100 @@ def test_a_batch_failing_its_check_in_write_is_staged_and_quarantined(target: st
     assert support.ids(target) == [1]
     assert support.staged_versions(sink.staging) == [1]
     assert list(sink.status().quarantined) == [1]
+
+
+class LogReads:
+    """Counts reads of Delta logs (a table opened, or brought up to date) per table."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.counts: dict[str, int] = {}
+        init, update = DeltaTable.__init__, DeltaTable.update_incremental
+
+        def counted_init(table: DeltaTable, *args: Any, **kwargs: Any) -> None:
+            init(table, *args, **kwargs)
+            self._count(table)
+
+        def counted_update(table: DeltaTable) -> None:
+            update(table)
+            self._count(table)
+
+        monkeypatch.setattr(DeltaTable, "__init__", counted_init)
+        monkeypatch.setattr(DeltaTable, "update_incremental", counted_update)
+
+    def _count(self, table: DeltaTable) -> None:
+        uri = table.table_uri.rstrip("/")
+        self.counts[uri] = self.counts.get(uri, 0) + 1
+
+    def of(self, uri: str) -> int:
+        return sum(n for where, n in self.counts.items() if where.endswith(uri.rstrip("/")))
+
+
+def test_a_direct_write_reads_each_log_twice_and_makes_two_staging_commits(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = DeltaSink(target, "reads", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)  # creates both tables, claims
+    staging_before = support.table_version(sink.staging)
+    reads = LogReads(monkeypatch)
+    for version in (1, 2, 3):
+        reads.counts.clear()
+        sink.write(pa.table({"id": [version], "v": ["b"]}), version)
+        # The staging log: once for the state, once right before the target commit
+        # (the fencing check that must see a claim made after the intent). The
+        # target's: once for the state, once right before its commit.
+        assert (reads.of(sink.staging), reads.of(target)) == (2, 2), reads.counts
+    assert support.table_version(sink.staging) == staging_before + 3 * 2  # intent + mark
+    assert staging_operations(sink.staging)[-6:] == ["publish-intent", "committed-mark"] * 3
+    assert DeltaTable(sink.staging).transaction_version("reads#publishing") == 3
+    assert DeltaTable(sink.staging).transaction_version("reads#committed") == 3
+    assert support.ids(target) == [1, 2, 3]
+
+
+def test_a_claim_after_the_state_read_fences_the_direct_write_at_its_intent(
+    target: str,
+) -> None:
+    # The epoch is checked on the state write() read at its start; a newer writer
+    # claiming after that read makes the intent commit fail (a metadata change), and
+    # the zombie stops before the target commit.
+    old = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    old.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    newer: list[DeltaSink] = []
+
+    def newer_writer_claims() -> None:
+        sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+        sink.recover()  # claims the writer role
+        newer.append(sink)
+
+    with (
+        armed("commit.before_publish", newer_writer_claims),
+        pytest.raises(FencedError, match="took over the staging table"),
+    ):
+        old.write(pa.table({"id": [2], "v": ["zombie"]}), 1)
+    assert support.rows(target) == [{"id": 1, "v": "a"}]
+    assert support.marker(target, "job") == 0
+    assert DeltaTable(old.staging).transaction_version("job#publishing") == 0  # no intent
+    # The newer writer carries on with the same version.
+    assert newer[0].write(pa.table({"id": [2], "v": ["b"]}), 1).committed_versions == [1]
+    assert support.rows(target) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+def test_a_claim_after_the_intent_fences_the_direct_write_before_the_target_commit(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check right before the target commit still reads the staging log.
+    old = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    old.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    record_intent = StagingWriter.record_intent
+
+    def intent_then_claim(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        DeltaSink(target, "job", MergeSpec(keys=["id"])).recover()
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_claim)
+    with pytest.raises(FencedError, match="took over the staging table"):
+        old.write(pa.table({"id": [2], "v": ["zombie"]}), 1)
+    assert support.rows(target) == [{"id": 1, "v": "a"}]
+    assert support.marker(target, "job") == 0
 
 
 def test_write_behind_pending_versions_commits_them_with_it_in_one_commit(target: str) -> None:
