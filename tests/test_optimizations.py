@@ -7,14 +7,18 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from deltasink import CommitError, DeltaSink, FencedError, MergeSpec, checks
+from deltasink import CommitError, DeltaSink, DuplicateKeyError, FencedError, MergeSpec, checks
 from deltasink._faults import FaultInjected, armed
 from deltasink.backends.embedded.deltalog import post_commit_hooks
 from deltasink.backends.embedded.staging import StagingLog, StagingWriter
+from deltasink.batch import distinct_ints, prepare
 from deltasink.merge import key_ranges
 from tests import support
 
@@ -67,6 +71,46 @@ def test_pruned_merge_with_string_keys(target: str) -> None:
         {"k": "n", "v": 2},
         {"k": "z", "v": 1},
     ]
+
+
+# -- duplicate-key check -------------------------------------------------------------------
+
+INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.uint64()]
+
+
+@st.composite
+def int_columns(draw: st.DrawFn) -> pa.ChunkedArray:
+    kind = draw(st.sampled_from(INT_TYPES))
+    info = np.iinfo(kind.to_pandas_dtype())
+    low = draw(st.integers(int(info.min), int(info.max)))
+    width = draw(st.sampled_from([4, 50, 2_000, 1 << 40]))
+    high = min(int(info.max), low + width)
+    values = draw(st.lists(st.integers(low, high), max_size=60))
+    if draw(st.booleans()):  # extremes of the type, where narrow arithmetic would wrap
+        values += draw(st.lists(st.sampled_from([int(info.min), int(info.max)]), max_size=2))
+    cut = draw(st.integers(0, len(values)))
+    return pa.chunked_array([values[:cut], values[cut:]], type=kind)
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_columns())
+def test_the_bitmap_uniqueness_check_agrees_with_the_hash_aggregation(
+    column: pa.ChunkedArray,
+) -> None:
+    # The fast twin decides only when it can, and then as the plain group-by does.
+    verdict = distinct_ints(column)
+    grouped = pa.table({"k": column}).group_by(["k"]).aggregate([([], "count_all")])
+    assert verdict in (None, grouped.num_rows == len(column))
+    values = column.to_pylist()
+    if len(values) >= 2 and max(values) - min(values) < 16 * len(values):
+        assert verdict is not None  # a compact range is always decided by the bitmap
+
+
+def test_duplicate_integer_keys_are_refused_with_the_usual_message() -> None:
+    table = pa.table({"id": pa.array([5, 7, 5, 9], pa.int32()), "v": ["a", "b", "c", "d"]})
+    with pytest.raises(DuplicateKeyError, match=r"1 key\(s\) appear more than once.*'id': 5"):
+        prepare(table, MergeSpec(keys=["id"]), None, target="t")
+    assert prepare(table.slice(1), MergeSpec(keys=["id"]), None, target="t").num_rows == 3
 
 
 # -- insert-only fast path ------------------------------------------------------------------
