@@ -33,6 +33,7 @@ __all__ = [
     "check_row_predicates",
     "collect",
     "delete_expr",
+    "distinct_ints",
     "first_per_key",
     "is_spark_dataframe",
     "prepare",
@@ -381,7 +382,45 @@ def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> p
     return first_per_key(table, keys, [(sequence_by, "descending")])
 
 
+#: :func:`distinct_ints` marks a key's values in a bitmap of one byte per value in the
+#: batch's key range when that range is at most this many times the row count (plus
+#: :data:`_BITMAP_SLACK`): a few MB for a million rows.
+_BITMAP_PER_ROW = 16
+_BITMAP_SLACK = 1 << 16
+
+
+def distinct_ints(column: pa.ChunkedArray[Any] | pa.Array[Any]) -> bool | None:
+    """Whether the values of an integer column without nulls are all distinct, decided
+    exactly with a bitmap over the column's value range (linear, no hashing); ``None``
+    when that does not apply (another type, nulls, or a range too wide for the bitmap).
+
+    The fast twin of the hash aggregation in :func:`_check_unique`, which stays the
+    fallback and the one that reports duplicates; ``test_optimizations.py`` compares
+    the two on generated columns."""
+    n = len(column)
+    if n < 2:
+        return True
+    if not pa.types.is_integer(column.type) or column.null_count:
+        return None
+    low, high = (int(v.as_py()) for v in pc.min_max(column).values())
+    span = high - low + 1
+    if span < n:
+        return False  # more values than room for them
+    if span > _BITMAP_PER_ROW * n + _BITMAP_SLACK:
+        return None
+    values = column.to_numpy()
+    # Offsets from the lowest value fit in int64 (span is small); subtract in the
+    # widest type of the column's signedness, so a narrow type cannot wrap.
+    wide = values.astype(np.uint64 if values.dtype.kind == "u" else np.int64, copy=False)
+    offsets = wide - wide.dtype.type(low)
+    seen = np.zeros(span, dtype=np.bool_)
+    seen[offsets] = True
+    return int(np.count_nonzero(seen)) == n
+
+
 def _check_unique(table: pa.Table, keys: Sequence[str], hint: str) -> None:
+    if len(keys) == 1 and distinct_ints(table.column(keys[0])):
+        return
     counts = table.select(list(keys)).group_by(list(keys)).aggregate([([], "count_all")])
     if counts.num_rows == table.num_rows:
         return

@@ -7,14 +7,18 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from deltasink import CommitError, DeltaSink, MergeSpec, checks
+from deltasink import CommitError, DeltaSink, DuplicateKeyError, FencedError, MergeSpec, checks
 from deltasink._faults import FaultInjected, armed
 from deltasink.backends.embedded.deltalog import post_commit_hooks
-from deltasink.backends.embedded.staging import StagingLog
+from deltasink.backends.embedded.staging import StagingLog, StagingWriter
+from deltasink.batch import distinct_ints, prepare
 from deltasink.merge import key_ranges
 from tests import support
 
@@ -67,6 +71,46 @@ def test_pruned_merge_with_string_keys(target: str) -> None:
         {"k": "n", "v": 2},
         {"k": "z", "v": 1},
     ]
+
+
+# -- duplicate-key check -------------------------------------------------------------------
+
+INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.uint64()]
+
+
+@st.composite
+def int_columns(draw: st.DrawFn) -> pa.ChunkedArray:
+    kind = draw(st.sampled_from(INT_TYPES))
+    info = np.iinfo(kind.to_pandas_dtype())
+    low = draw(st.integers(int(info.min), int(info.max)))
+    width = draw(st.sampled_from([4, 50, 2_000, 1 << 40]))
+    high = min(int(info.max), low + width)
+    values = draw(st.lists(st.integers(low, high), max_size=60))
+    if draw(st.booleans()):  # extremes of the type, where narrow arithmetic would wrap
+        values += draw(st.lists(st.sampled_from([int(info.min), int(info.max)]), max_size=2))
+    cut = draw(st.integers(0, len(values)))
+    return pa.chunked_array([values[:cut], values[cut:]], type=kind)
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_columns())
+def test_the_bitmap_uniqueness_check_agrees_with_the_hash_aggregation(
+    column: pa.ChunkedArray,
+) -> None:
+    # The fast twin decides only when it can, and then as the plain group-by does.
+    verdict = distinct_ints(column)
+    grouped = pa.table({"k": column}).group_by(["k"]).aggregate([([], "count_all")])
+    assert verdict in (None, grouped.num_rows == len(column))
+    values = column.to_pylist()
+    if len(values) >= 2 and max(values) - min(values) < 16 * len(values):
+        assert verdict is not None  # a compact range is always decided by the bitmap
+
+
+def test_duplicate_integer_keys_are_refused_with_the_usual_message() -> None:
+    table = pa.table({"id": pa.array([5, 7, 5, 9], pa.int32()), "v": ["a", "b", "c", "d"]})
+    with pytest.raises(DuplicateKeyError, match=r"1 key\(s\) appear more than once.*'id': 5"):
+        prepare(table, MergeSpec(keys=["id"]), None, target="t")
+    assert prepare(table.slice(1), MergeSpec(keys=["id"]), None, target="t").num_rows == 3
 
 
 # -- insert-only fast path ------------------------------------------------------------------
@@ -280,6 +324,100 @@ def test_a_batch_failing_its_check_in_write_is_staged_and_quarantined(target: st
     assert support.ids(target) == [1]
     assert support.staged_versions(sink.staging) == [1]
     assert list(sink.status().quarantined) == [1]
+
+
+class LogReads:
+    """Counts reads of Delta logs (a table opened, or brought up to date) per table."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.counts: dict[str, int] = {}
+        init, update = DeltaTable.__init__, DeltaTable.update_incremental
+
+        def counted_init(table: DeltaTable, *args: Any, **kwargs: Any) -> None:
+            init(table, *args, **kwargs)
+            self._count(table)
+
+        def counted_update(table: DeltaTable) -> None:
+            update(table)
+            self._count(table)
+
+        monkeypatch.setattr(DeltaTable, "__init__", counted_init)
+        monkeypatch.setattr(DeltaTable, "update_incremental", counted_update)
+
+    def _count(self, table: DeltaTable) -> None:
+        uri = table.table_uri.rstrip("/")
+        self.counts[uri] = self.counts.get(uri, 0) + 1
+
+    def of(self, uri: str) -> int:
+        return sum(n for where, n in self.counts.items() if where.endswith(uri.rstrip("/")))
+
+
+def test_a_direct_write_reads_each_log_twice_and_makes_two_staging_commits(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = DeltaSink(target, "reads", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)  # creates both tables, claims
+    staging_before = support.table_version(sink.staging)
+    reads = LogReads(monkeypatch)
+    for version in (1, 2, 3):
+        reads.counts.clear()
+        sink.write(pa.table({"id": [version], "v": ["b"]}), version)
+        # The staging log: once for the state, once right before the target commit
+        # (the fencing check that must see a claim made after the intent). The
+        # target's: once for the state, once right before its commit.
+        assert (reads.of(sink.staging), reads.of(target)) == (2, 2), reads.counts
+    assert support.table_version(sink.staging) == staging_before + 3 * 2  # intent + mark
+    assert staging_operations(sink.staging)[-6:] == ["publish-intent", "committed-mark"] * 3
+    assert DeltaTable(sink.staging).transaction_version("reads#publishing") == 3
+    assert DeltaTable(sink.staging).transaction_version("reads#committed") == 3
+    assert support.ids(target) == [1, 2, 3]
+
+
+def test_a_claim_after_the_state_read_fences_the_direct_write_at_its_intent(
+    target: str,
+) -> None:
+    # The epoch is checked on the state write() read at its start; a newer writer
+    # claiming after that read makes the intent commit fail (a metadata change), and
+    # the zombie stops before the target commit.
+    old = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    old.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    newer: list[DeltaSink] = []
+
+    def newer_writer_claims() -> None:
+        sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+        sink.recover()  # claims the writer role
+        newer.append(sink)
+
+    with (
+        armed("commit.before_publish", newer_writer_claims),
+        pytest.raises(FencedError, match="took over the staging table"),
+    ):
+        old.write(pa.table({"id": [2], "v": ["zombie"]}), 1)
+    assert support.rows(target) == [{"id": 1, "v": "a"}]
+    assert support.marker(target, "job") == 0
+    assert DeltaTable(old.staging).transaction_version("job#publishing") == 0  # no intent
+    # The newer writer carries on with the same version.
+    assert newer[0].write(pa.table({"id": [2], "v": ["b"]}), 1).committed_versions == [1]
+    assert support.rows(target) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+def test_a_claim_after_the_intent_fences_the_direct_write_before_the_target_commit(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check right before the target commit still reads the staging log.
+    old = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    old.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    record_intent = StagingWriter.record_intent
+
+    def intent_then_claim(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        DeltaSink(target, "job", MergeSpec(keys=["id"])).recover()
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_claim)
+    with pytest.raises(FencedError, match="took over the staging table"):
+        old.write(pa.table({"id": [2], "v": ["zombie"]}), 1)
+    assert support.rows(target) == [{"id": 1, "v": "a"}]
+    assert support.marker(target, "job") == 0
 
 
 def test_write_behind_pending_versions_commits_them_with_it_in_one_commit(target: str) -> None:

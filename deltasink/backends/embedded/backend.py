@@ -126,15 +126,17 @@ class EmbeddedBackend:
         this backend already holds the current epoch, or if nothing is staged yet."""
         self._fence()
 
-    def _fence(self, schema: pa.Schema | None = None) -> int | None:
+    def _fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
         """Claim an epoch on first use, verify it afterwards: one read of the staging
-        log. ``None``: no staging table exists and none is being created (``schema``
-        is ``None``), so there is nothing to fence.
+        log (none with ``fresh=False``: verified on the state read last, for a caller
+        whose next step is a staging commit, see :meth:`Epochs.check`). ``None``: no
+        staging table exists and none is being created (``schema`` is ``None``), so
+        there is nothing to fence.
 
         A staging table deleted under a running sink is started over (what was staged
         there and not committed is gone with it)."""
         if self._epoch is not None:
-            if self.epochs.check(self._epoch) is not None:
+            if self.epochs.check(self._epoch, fresh=fresh) is not None:
                 return self._epoch
             logger.warning(
                 "app %r: the staging table %s was deleted while this sink ran; versions "
@@ -183,11 +185,12 @@ class EmbeddedBackend:
         self.target.check_condition(spec)
         return Prepared(version, data.num_rows, data)
 
-    def _claim_for(self, prepared: Prepared) -> int:
-        """Claim (or verify) the epoch and record the spec and checks new versions
-        carry; creates the staging table on first use."""
+    def _claim_for(self, prepared: Prepared, *, fresh: bool = True) -> int:
+        """Claim (or verify, on the state read last unless ``fresh``) the epoch and
+        record the spec and checks new versions carry; creates the staging table on
+        first use."""
         data: pa.Table = prepared.payload
-        epoch = self._fence(data.schema)
+        epoch = self._fence(data.schema, fresh=fresh)
         assert epoch is not None
         spec = self.spec_for_new_versions()
         recorded = self.log.recorded_spec(fresh=False)
@@ -215,11 +218,18 @@ class EmbeddedBackend:
 
     def publish_prepared(self, prepared: Prepared) -> CommitResult:
         """Publish without staging: the publish intent before the target commit, the
-        committed mark after it (two commits without data in the staging log)."""
+        committed mark after it (two commits without data in the staging log).
+
+        The staging log is read once here, right before the target commit (the
+        fencing check that must see a claim made after the intent). The epoch is
+        first checked on the state ``write()`` read at its start: the intent commit
+        made on that state fails if anyone claimed since (see
+        :meth:`~.staging.StagingWriter.record_intent`). The mark is committed on the
+        state read before the target commit, likewise."""
         version = prepared.version
-        epoch = self._claim_for(prepared)
+        epoch = self._claim_for(prepared, fresh=False)
         self._guard.check_publish(version)
-        self._announce(version)
+        self._announce(version, epoch=epoch)
         result = self.target.apply(
             prepared.payload,
             spec=self.spec_for_new_versions(),
@@ -230,7 +240,7 @@ class EmbeddedBackend:
         )
         self._last = None
         try:
-            self.writer.record_mark(version, epoch=epoch)
+            self.writer.record_mark(version, epoch=epoch, verified=True)
         except FencedError:
             raise
         except Exception as exc:  # as a failed clean-up: the next one records it
@@ -243,14 +253,19 @@ class EmbeddedBackend:
             )
         return result
 
-    def _announce(self, version: int) -> None:
+    def _announce(self, version: int, *, epoch: int | None = None) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage
-        commit of ``write()`` carries it; other paths pay one staging commit)."""
+        commit of ``write()`` carries it; other paths pay one staging commit).
+
+        ``epoch``: already verified in this call (else checked here, on a fresh read
+        of the staging log). The commit is made on the state that check read; a claim
+        since then fails it (:meth:`~.staging.StagingWriter.record_intent`)."""
         if self._intent is not None and self._intent >= version:
             return
-        epoch = self._fence()
+        if epoch is None:
+            epoch = self._fence()
         if epoch is not None:
-            self.writer.record_intent(version, epoch=epoch)
+            self.writer.record_intent(version, epoch=epoch, verified=True)
             self._intent = version
 
     def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:

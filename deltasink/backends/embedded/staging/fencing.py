@@ -96,14 +96,21 @@ class Epochs:
         logger.debug("app %r claimed staging epoch %s", log.app_id, epoch)
         return epoch
 
-    def check(self, epoch: int) -> DeltaTable | None:
+    def check(self, epoch: int, *, fresh: bool = True) -> DeltaTable | None:
         """The table at its latest version (one log read), if ``epoch`` is still the
         current one; ``None`` if the table is gone (deleted under the sink).
+
+        Args:
+            fresh: Read the log first. ``False`` checks the state read last in this
+                call, for a caller whose next step is a staging commit: Delta fails
+                that commit if any writer claimed since that state was read (a claim
+                changes the table's metadata), and the caller then checks again
+                freshly (``StagingWriter.record_intent`` in :mod:`.writes`).
 
         Raises:
             FencedError: A newer writer claimed the table.
         """
-        table = self.log.open()
+        table = self.log.open(fresh=fresh)
         if table is None:
             return None
         current = epoch_of(table)

@@ -229,51 +229,60 @@ class StagingWriter:
 
     # -- records ---------------------------------------------------------------------
 
-    def record_intent(self, version: int, *, epoch: int) -> None:
+    def record_intent(self, version: int, *, epoch: int, verified: bool = False) -> None:
         """Record, in one commit, that a target commit of versions up to ``version``
         is about to be attempted (``txn("<app_id>#publishing", version)``).
+
+        Args:
+            verified: The caller checked ``epoch`` on the state read in this call; the
+                commit is made on that state without reading the log again. Safe: a
+                claim since then changed the table's metadata, so Delta fails this
+                commit, and the epoch is then checked freshly.
 
         Raises:
             FencedError: ``epoch`` is no longer current.
         """
-        table = self.epochs.check(epoch)
-        if table is None:
-            return
-        _log_commit(
-            table,
-            [],
-            commit_properties(
-                app_id=self.log.app_id,
-                version=None,
-                operation="publish-intent",
-                markers={self.log.app_id + INTENT_SUFFIX: version},
-                extra={"deltasink.epoch": epoch},
-            ),
+        self._marker_commit(
+            "publish-intent", self.log.app_id + INTENT_SUFFIX, version, epoch, verified
         )
-        table.update_incremental()
 
-    def record_mark(self, version: int, *, epoch: int) -> None:
+    def record_mark(self, version: int, *, epoch: int, verified: bool = False) -> None:
         """Record, in one commit without data, that ``version`` is committed to the
         target (the committed mark a clean-up commit records; for a version published
         without being staged).
 
+        Args:
+            verified: As for :meth:`record_intent`.
+
         Raises:
             FencedError: ``epoch`` is no longer current.
         """
-        table = self.epochs.check(epoch)
+        self._marker_commit(
+            "committed-mark", self.log.app_id + COMMITTED_SUFFIX, version, epoch, verified
+        )
+
+    def _marker_commit(
+        self, operation: str, marker: str, version: int, epoch: int, verified: bool
+    ) -> None:
+        """One commit without data carrying ``txn(marker, version)``, after an epoch
+        check (on the state read last when ``verified``)."""
+        table = self.epochs.check(epoch, fresh=not verified)
         if table is None:
             return
-        _log_commit(
-            table,
-            [],
-            commit_properties(
-                app_id=self.log.app_id,
-                version=None,
-                operation="committed-mark",
-                markers={self.log.app_id + COMMITTED_SUFFIX: version},
-                extra={"deltasink.epoch": epoch},
-            ),
+        properties = commit_properties(
+            app_id=self.log.app_id,
+            version=None,
+            operation=operation,
+            markers={marker: version},
+            extra={"deltasink.epoch": epoch},
         )
+        try:
+            _log_commit(table, [], properties)
+        except CommitFailedError:
+            # Only a metadata (or protocol) change since the state read fails a
+            # commit without data: the usual one is a newer writer's claim.
+            self.epochs.check(epoch)
+            raise
 
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
