@@ -364,13 +364,34 @@ def test_a_direct_write_reads_each_log_twice_and_makes_two_staging_commits(
         sink.write(pa.table({"id": [version], "v": ["b"]}), version)
         # The staging log: once for the state, once right before the target commit
         # (the fencing check that must see a claim made after the intent). The
-        # target's: once for the state, once right before its commit.
-        assert (reads.of(sink.staging), reads.of(target)) == (2, 2), reads.counts
+        # target's: never listed. The sink's own MERGE left its snapshot at the
+        # latest version, and no next commit file exists (one stat per refresh).
+        assert (reads.of(sink.staging), reads.of(target)) == (2, 0), reads.counts
     assert support.table_version(sink.staging) == staging_before + 3 * 2  # intent + mark
     assert staging_operations(sink.staging)[-6:] == ["publish-intent", "committed-mark"] * 3
     assert DeltaTable(sink.staging).transaction_version("reads#publishing") == 3
     assert DeltaTable(sink.staging).transaction_version("reads#committed") == 3
     assert support.ids(target) == [1, 2, 3]
+
+
+def test_a_target_moved_by_another_writer_is_read_again_before_the_merge(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stat that spares the listing must not hide another writer's commit: the
+    # snapshot the MERGE runs on includes it, so its row survives and the marker moves.
+    sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    write_deltalake(target, pa.table({"id": [2], "v": ["other"]}), mode="append")
+    reads = LogReads(monkeypatch)
+    sink.write(pa.table({"id": [2, 3], "v": ["b", "c"]}), 1)
+    assert reads.of(target) == 1, reads.counts
+    assert support.rows(target) == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "b"},
+        {"id": 3, "v": "c"},
+    ]
+    assert support.marker(target, "job") == 1
+    assert support.table_version(target) == 2
 
 
 def test_a_claim_after_the_state_read_fences_the_direct_write_at_its_intent(

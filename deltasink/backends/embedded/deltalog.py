@@ -163,11 +163,22 @@ def refresh(
     table: DeltaTable | None, uri: str, storage_options: Mapping[str, str] | None
 ) -> DeltaTable | None:
     """``table`` brought to the latest version, or the table re-opened from scratch
-    (``None`` if it is gone) when its log moved under it (dropped, recreated)."""
+    (``None`` if it is gone) when its log moved under it (dropped, recreated).
+
+    On a local filesystem, a table whose next commit file does not exist is returned
+    as it is: one ``stat`` instead of delta-rs's listing of the whole ``_delta_log``,
+    so a writer that made the last commit itself refreshes at a cost independent of
+    the table's history."""
     if table is None:
         return open_table(uri, storage_options)
-    if is_local(uri) and not os.path.exists(_commit_file(uri, table.version())):
-        return open_table(uri, storage_options)  # dropped (and maybe recreated) meanwhile
+    if is_local(uri):
+        version = table.version()
+        if not os.path.exists(_commit_file(uri, version)):
+            return open_table(uri, storage_options)  # dropped (and maybe recreated) meanwhile
+        if not os.path.exists(_commit_file(uri, version + 1)):
+            # Commits are numbered without gaps: no commit after ``version`` exists, so
+            # ``table`` is up to date (delta-rs would list the whole log to find that).
+            return table
     try:
         table.update_incremental()
     except DeltaError:
