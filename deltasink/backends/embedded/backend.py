@@ -342,7 +342,7 @@ class EmbeddedBackend:
         return self.log.recorded_spec(fresh=False)
 
     def target_exists(self) -> bool:
-        return self.target.open(fresh=False) is not None
+        return self.target.exists()
 
     # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
 

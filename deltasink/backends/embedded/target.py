@@ -17,6 +17,7 @@ from deltalake.schema import Schema as DeltaSchema
 from deltasink import _faults
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
+from deltasink.locations import is_local
 from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
@@ -26,6 +27,7 @@ from deltasink.table import TableDefinition, TableSpec, check_definition
 
 from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
 from .features import refuse_unwritable
+from .marker import read_marker
 from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
 from .scd2 import created_rows, merge_history
 
@@ -64,14 +66,24 @@ class TargetTable:
         self._condition_checked: str | None = None
         self._options = dict(storage_options or {})
         self._table: DeltaTable | None = None
+        self._behind = False  # a marker read saw a newer version than self._table
+        self._exists: bool | None = None  # as read last (None: not read yet)
 
     def open(self, *, fresh: bool = True) -> DeltaTable | None:
         """The target at its latest version (``fresh=False``: as read last, for a
         caller that just refreshed it), or ``None`` if it does not exist yet."""
-        if not fresh and self._table is not None:
+        if not fresh and self._table is not None and not self._behind:
             return self._table
         self._table = refresh(self._table, self.uri, self._options)
+        self._behind = False
+        self._exists = self._table is not None
         return self._table
+
+    def exists(self) -> bool:
+        """Whether the target exists, as read last (read now if it never was)."""
+        if self._exists is None:
+            self.open()
+        return bool(self._exists)
 
     def check_writable(self, columns: Sequence[str]) -> None:
         """Before a writer's first write (checked once per writer): the existing target
@@ -122,7 +134,19 @@ class TargetTable:
         self._condition_checked = condition
 
     def committed_version(self, app_id: str) -> int | None:
-        """The target's ``txn`` version for ``app_id`` (``None`` if never committed)."""
+        """The target's ``txn`` version for ``app_id`` (``None`` if never committed).
+
+        A local target's marker is read from its last checkpoint and the commits after
+        it (:func:`~.marker.read_marker`), so the cost does not grow with history; the
+        next ``open(fresh=False)`` then refreshes the table if it moved. Elsewhere, or
+        where that read cannot tell, through delta-rs."""
+        if is_local(self.uri):
+            read = read_marker(self.uri, app_id)
+            if read is not None:
+                table = self._table
+                self._behind = table is None or table.version() != read.table_version
+                self._exists = True
+                return read.marker
         table = self.open()
         if table is None:
             return None
