@@ -18,6 +18,7 @@ from deltasink import CommitError, DeltaSink, DuplicateKeyError, FencedError, Me
 from deltasink._faults import FaultInjected, armed
 from deltasink.backends.embedded.deltalog import post_commit_hooks
 from deltasink.backends.embedded.staging import StagingLog, StagingWriter
+from deltasink.backends.embedded.staging.fencing import LOG_SETTINGS
 from deltasink.batch import distinct_ints, prepare
 from deltasink.merge import key_ranges
 from tests import support
@@ -612,3 +613,25 @@ def test_expired_logs_are_still_cleaned_around_checkpoints(target: str) -> None:
         {"id": 2, "v": "v8"},
     ]
     assert support.marker(target, "cleanup") == 8
+
+
+def test_the_staging_log_keeps_ten_minutes_and_older_tables_move_to_it(target: str) -> None:
+    sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    config = DeltaTable(sink.staging).metadata().configuration
+    assert {k: config[k] for k in LOG_SETTINGS} == LOG_SETTINGS
+    # A staging table an earlier release made kept an hour: the next claim moves it.
+    DeltaTable(sink.staging).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 1 hours"}
+    )
+    DeltaSink(target, "job", MergeSpec(keys=["id"])).recover()
+    config = DeltaTable(sink.staging).metadata().configuration
+    assert config["delta.logRetentionDuration"] == "interval 10 minutes"
+    # A retention someone chose (or the spark engine's default) is left alone.
+    DeltaTable(sink.staging).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 7 days"}
+    )
+    DeltaSink(target, "job", MergeSpec(keys=["id"])).recover()
+    config = DeltaTable(sink.staging).metadata().configuration
+    assert config["delta.logRetentionDuration"] == "interval 7 days"
+    assert support.marker(target, "job") == 0

@@ -29,11 +29,24 @@ from deltasink.spec import MergeSpec
 
 from .log import StagingLog, epoch_of
 
-__all__ = ["Epochs"]
+__all__ = ["LOG_SETTINGS", "Epochs"]
 
 logger = logging.getLogger("deltasink")
 
 _CLAIM_ATTEMPTS = 20
+
+#: The staging log is deltasink's alone and grows by two commits per batch; delta-rs
+#: lists all of it on every read that finds a new commit. Its expired commits go at
+#: each checkpoint (every 100 commits), so it holds the last ten minutes of commits
+#: and reads of it stay short after any number of batches. Set when the table is
+#: created, and at a claim of a table an earlier release made (it kept an hour). A
+#: staging table the spark engine created keeps Delta's default: its ledger reads
+#: staging commits back to the oldest pending version.
+LOG_SETTINGS = {
+    "delta.logRetentionDuration": "interval 10 minutes",
+    "delta.enableExpiredLogCleanup": "true",
+}
+_EARLIER_RETENTION = "interval 1 hours"
 
 
 class Epochs:
@@ -66,8 +79,10 @@ class Epochs:
 
         def once() -> int:
             epoch = epoch_of(table) + 1
+            retention = table.metadata().configuration.get("delta.logRetentionDuration")
+            settings = LOG_SETTINGS if retention == _EARLIER_RETENTION else {}
             table.alter.set_table_properties(
-                {PROP_EPOCH: str(epoch)},
+                {PROP_EPOCH: str(epoch), **settings},
                 raise_if_not_exists=False,
                 post_commithook_properties=post_commit_hooks(table),
                 commit_properties=commit_properties(
@@ -145,11 +160,8 @@ class Epochs:
                     PROP_FORMAT: FORMAT,
                     PROP_SPEC: spec.to_json(),
                     PROP_EPOCH: "0",
-                    # The staging log is deltasink's alone and grows by two commits per
-                    # batch: keep it short so reading it stays fast after many batches.
-                    "delta.logRetentionDuration": "interval 1 hours",
+                    **LOG_SETTINGS,
                     "delta.deletedFileRetentionDuration": "interval 1 hours",
-                    "delta.enableExpiredLogCleanup": "true",
                 },
                 storage_options=log.options,
                 raise_if_key_not_exists=False,
