@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -353,7 +354,7 @@ class LogReads:
         return sum(n for where, n in self.counts.items() if where.endswith(uri.rstrip("/")))
 
 
-def test_a_direct_write_reads_each_log_twice_and_makes_two_staging_commits(
+def test_a_direct_write_lists_the_staging_log_once_and_makes_two_staging_commits(
     target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sink = DeltaSink(target, "reads", MergeSpec(keys=["id"]))
@@ -363,11 +364,12 @@ def test_a_direct_write_reads_each_log_twice_and_makes_two_staging_commits(
     for version in (1, 2, 3):
         reads.counts.clear()
         sink.write(pa.table({"id": [version], "v": ["b"]}), version)
-        # The staging log: once for the state, once right before the target commit
-        # (the fencing check that must see a claim made after the intent). The
+        # The staging log: once, for the state. The fencing check right before the
+        # target commit (which must see a claim made after the intent) finds by name
+        # that the only commit since that state is the sink's own intent. The
         # target's: never listed. The sink's own MERGE left its snapshot at the
         # latest version, and no next commit file exists (one stat per refresh).
-        assert (reads.of(sink.staging), reads.of(target)) == (2, 0), reads.counts
+        assert (reads.of(sink.staging), reads.of(target)) == (1, 0), reads.counts
     assert support.table_version(sink.staging) == staging_before + 3 * 2  # intent + mark
     assert staging_operations(sink.staging)[-6:] == ["publish-intent", "committed-mark"] * 3
     assert DeltaTable(sink.staging).transaction_version("reads#publishing") == 3
@@ -393,6 +395,61 @@ def test_a_target_moved_by_another_writer_is_read_again_before_the_merge(
     ]
     assert support.marker(target, "job") == 1
     assert support.table_version(target) == 2
+
+
+def test_a_foreign_commit_after_the_intent_makes_the_fencing_check_read_the_log(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fencing check skips the listing only when every commit since the state it
+    # holds is the sink's own (found by its commit id); any other commit in between,
+    # even one without data, sends it back to reading the log.
+    sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    record_intent = StagingWriter.record_intent
+    other = DeltaTable(sink.staging)  # opened before the reads are counted
+
+    def intent_then_foreign_commit(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        other.create_write_transaction(
+            [],
+            mode="append",
+            schema=other.schema(),
+            partition_by=other.metadata().partition_columns,
+            commit_properties=CommitProperties(app_transactions=[Transaction("someone", 7)]),
+        )
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_foreign_commit)
+    reads = LogReads(monkeypatch)
+    sink.write(pa.table({"id": [2], "v": ["b"]}), 1)
+    assert reads.of(sink.staging) == 2, reads.counts
+    assert support.ids(target) == [1, 2]
+    assert support.marker(target, "job") == 1
+    assert DeltaTable(sink.staging).transaction_version("someone") == 7
+
+
+def test_the_fencing_shortcut_needs_the_sinks_own_commit_id(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit after the held state must carry the id the sink wrote into it: a log
+    # whose commit there is another one (a table dropped and made again, here the
+    # intent's id rewritten) is read, not trusted.
+    sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    record_intent = StagingWriter.record_intent
+
+    def intent_then_rewrite_its_id(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        log = Path(sink.staging) / "_delta_log"
+        last = max(log.glob("*.json"))
+        text = last.read_text()
+        assert '"deltasink.commitId"' in text
+        last.write_text(re.sub(r'("deltasink.commitId":")[0-9a-f]+', r"\g<1>" + "0" * 32, text))
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_rewrite_its_id)
+    reads = LogReads(monkeypatch)
+    sink.write(pa.table({"id": [2], "v": ["b"]}), 1)
+    assert reads.of(sink.staging) == 2, reads.counts
+    assert support.ids(target) == [1, 2]
 
 
 def test_a_claim_after_the_state_read_fences_the_direct_write_at_its_intent(

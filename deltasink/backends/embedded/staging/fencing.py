@@ -125,7 +125,9 @@ class Epochs:
         Raises:
             FencedError: A newer writer claimed the table.
         """
-        table = self.log.open(fresh=fresh)
+        # Only this sink's own commits without metadata since the snapshot held (the
+        # publish intent, typically): its epoch is the latest, no listing needed.
+        table = self.log.open(fresh=fresh and not self.log.only_own_commits_since())
         if table is None:
             return None
         current = epoch_of(table)

@@ -7,6 +7,7 @@ through this object, so one call of the sink reads the log once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
@@ -62,6 +63,10 @@ class StagingLog:
         self.options = dict(storage_options or {})
         self._table: DeltaTable | None = None
         self._fs: pafs.FileSystem | None = None
+        # Commits without data this sink made on the snapshot at version _own_base, in
+        # order (their commit ids): see only_own_commits_since().
+        self._own_base: int | None = None
+        self._own: list[str] = []
 
     def open(self, *, fresh: bool = True) -> DeltaTable | None:
         """The staging table, or ``None`` if not created yet.
@@ -81,6 +86,35 @@ class StagingLog:
             check_owner(config, staging=self.uri, target=self.target, app_id=self.app_id)
         self._table = table
         return table
+
+    def note_own_commit(self, base: int, commit_id: str) -> None:
+        """Record that this sink made a commit without data or metadata (carrying
+        ``commit_id`` in its commit info) on the snapshot at version ``base``."""
+        if self._own_base != base:
+            self._own_base, self._own = base, []
+        self._own.append(commit_id)
+
+    def only_own_commits_since(self) -> bool:
+        """Whether every commit after the snapshot held is one this sink made without
+        data or metadata (:meth:`note_own_commit`), so the table's metadata (the epoch)
+        in that snapshot is the latest. Checked by name on a local log: commit ``b + i``
+        holds the ``i``-th own commit id, and commit ``b + n + 1`` does not exist yet.
+        ``False`` when it cannot be told that way (the caller reads the log)."""
+        table = self._table
+        if table is None or not self._own or not is_local(self.uri):
+            return False
+        base = table.version()
+        if base != self._own_base:
+            return False
+        log = os.path.join(self.uri, "_delta_log")
+        for offset, commit_id in enumerate(self._own, start=1):
+            try:
+                with open(os.path.join(log, f"{base + offset:020d}.json"), "rb") as f:
+                    if commit_id.encode() not in f.read():
+                        return False
+            except OSError:
+                return False
+        return not os.path.exists(os.path.join(log, f"{base + len(self._own) + 1:020d}.json"))
 
     # -- state ---------------------------------------------------------------------
 

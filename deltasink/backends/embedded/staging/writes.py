@@ -269,12 +269,13 @@ class StagingWriter:
         table = self.epochs.check(epoch, fresh=not verified)
         if table is None:
             return
+        commit_id = uuid.uuid4().hex
         properties = commit_properties(
             app_id=self.log.app_id,
             version=None,
             operation=operation,
             markers={marker: version},
-            extra={"deltasink.epoch": epoch},
+            extra={"deltasink.epoch": epoch, "deltasink.commitId": commit_id},
         )
         try:
             _log_commit(table, [], properties)
@@ -283,6 +284,7 @@ class StagingWriter:
             # commit without data: the usual one is a newer writer's claim.
             self.epochs.check(epoch)
             raise
+        self.log.note_own_commit(table.version(), commit_id)
 
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
