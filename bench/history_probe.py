@@ -7,8 +7,9 @@ P4's hour-long 10,000-batch build), beside the bare delta-rs work for the same q
 The history is built once into ``bench/out/probe-<batches>`` (about 2.5 min per 1,000
 batches) and measured in place (a copy would not do: the staging table records its
 target's location), so each run adds ``2 x --runs`` commits to it (under 1%).
-Run it with ``PYTHONPATH`` pointing at another checkout to measure that code on the
-same history (an A/B of a change).
+Run it from another checkout's directory (``python -m`` puts the working directory
+first on ``sys.path``) with ``--dir`` at the same history to measure that code on it
+(an A/B of a change).
 
 Sides (medians of ``--runs``, order rotated):
 
