@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -397,6 +398,17 @@ def test_a_target_moved_by_another_writer_is_read_again_before_the_merge(
     assert support.table_version(target) == 2
 
 
+def after_intent(monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]) -> None:
+    """Run ``action`` right after each publish intent is recorded in the staging log."""
+    record_intent = StagingWriter.record_intent
+
+    def intent_then_action(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        action()
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_action)
+
+
 def test_a_foreign_commit_after_the_intent_makes_the_fencing_check_read_the_log(
     target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,11 +417,9 @@ def test_a_foreign_commit_after_the_intent_makes_the_fencing_check_read_the_log(
     # even one without data, sends it back to reading the log.
     sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
     sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
-    record_intent = StagingWriter.record_intent
     other = DeltaTable(sink.staging)  # opened before the reads are counted
 
-    def intent_then_foreign_commit(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
-        record_intent(writer, *args, **kwargs)
+    def foreign_commit() -> None:
         other.create_write_transaction(
             [],
             mode="append",
@@ -418,7 +428,7 @@ def test_a_foreign_commit_after_the_intent_makes_the_fencing_check_read_the_log(
             commit_properties=CommitProperties(app_transactions=[Transaction("someone", 7)]),
         )
 
-    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_foreign_commit)
+    after_intent(monkeypatch, foreign_commit)
     reads = LogReads(monkeypatch)
     sink.write(pa.table({"id": [2], "v": ["b"]}), 1)
     assert reads.of(sink.staging) == 2, reads.counts
@@ -435,17 +445,14 @@ def test_the_fencing_shortcut_needs_the_sinks_own_commit_id(
     # intent's id rewritten) is read, not trusted.
     sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
     sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
-    record_intent = StagingWriter.record_intent
 
-    def intent_then_rewrite_its_id(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
-        record_intent(writer, *args, **kwargs)
-        log = Path(sink.staging) / "_delta_log"
-        last = max(log.glob("*.json"))
+    def rewrite_the_intents_id() -> None:
+        last = max((Path(sink.staging) / "_delta_log").glob("*.json"))
         text = last.read_text()
         assert '"deltasink.commitId"' in text
         last.write_text(re.sub(r'("deltasink.commitId":")[0-9a-f]+', r"\g<1>" + "0" * 32, text))
 
-    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_rewrite_its_id)
+    after_intent(monkeypatch, rewrite_the_intents_id)
     reads = LogReads(monkeypatch)
     sink.write(pa.table({"id": [2], "v": ["b"]}), 1)
     assert reads.of(sink.staging) == 2, reads.counts
@@ -486,13 +493,7 @@ def test_a_claim_after_the_intent_fences_the_direct_write_before_the_target_comm
     # The check right before the target commit still reads the staging log.
     old = DeltaSink(target, "job", MergeSpec(keys=["id"]))
     old.write(pa.table({"id": [1], "v": ["a"]}), 0)
-    record_intent = StagingWriter.record_intent
-
-    def intent_then_claim(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
-        record_intent(writer, *args, **kwargs)
-        DeltaSink(target, "job", MergeSpec(keys=["id"])).recover()
-
-    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_claim)
+    after_intent(monkeypatch, lambda: DeltaSink(target, "job", MergeSpec(keys=["id"])).recover())
     with pytest.raises(FencedError, match="took over the staging table"):
         old.write(pa.table({"id": [2], "v": ["zombie"]}), 1)
     assert support.rows(target) == [{"id": 1, "v": "a"}]

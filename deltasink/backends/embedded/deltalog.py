@@ -22,6 +22,7 @@ from deltasink.locations import is_local
 
 __all__ = [
     "arrow_schema",
+    "commit_file",
     "commit_properties",
     "now_ms",
     "open_table",
@@ -173,9 +174,9 @@ def refresh(
         return open_table(uri, storage_options)
     if is_local(uri):
         version = table.version()
-        if not os.path.exists(_commit_file(uri, version)):
+        if not os.path.exists(commit_file(uri, version)):
             return open_table(uri, storage_options)  # dropped (and maybe recreated) meanwhile
-        if not os.path.exists(_commit_file(uri, version + 1)):
+        if not os.path.exists(commit_file(uri, version + 1)):
             # Commits are numbered without gaps: no commit after ``version`` exists, so
             # ``table`` is up to date (delta-rs would list the whole log to find that).
             return table
@@ -186,7 +187,8 @@ def refresh(
     return table
 
 
-def _commit_file(uri: str, version: int) -> str:
+def commit_file(uri: str, version: int) -> str:
+    """The path of commit ``version`` in the local table at ``uri``."""
     return os.path.join(uri, "_delta_log", f"{version:020d}.json")
 
 

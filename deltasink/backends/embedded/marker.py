@@ -27,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .deltalog import commit_file
+
 __all__ = ["MarkerRead", "read_marker"]
 
 _TXN_RETENTION = "delta.setTransactionRetentionDuration"
@@ -63,7 +65,7 @@ def read_marker(path: str, app_id: str) -> MarkerRead | None:
         marker, retention = _from_checkpoint(log, checkpoint, parts, app_id)
         version = checkpoint
         while True:
-            actions = _commit(log, version + 1)
+            actions = _commit(path, version + 1)
             if actions is None:
                 break
             version += 1
@@ -124,11 +126,11 @@ def _from_checkpoint(
     return marker, retention
 
 
-def _commit(log: str, version: int) -> list[dict[str, Any]] | None:
+def _commit(path: str, version: int) -> list[dict[str, Any]] | None:
     """The ``txn`` and ``metaData`` actions of commit ``version``; ``None`` if it does
     not exist (yet)."""
     try:
-        with open(os.path.join(log, f"{version:020d}.json"), "rb") as f:
+        with open(commit_file(path, version), "rb") as f:
             content = f.read()
     except FileNotFoundError:
         return None

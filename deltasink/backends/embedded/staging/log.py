@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
-from deltasink.backends.embedded.deltalog import plain, refresh
+from deltasink.backends.embedded.deltalog import commit_file, plain, refresh
 from deltasink.errors import StorageError
 from deltasink.guards import check_owner
 from deltasink.layout import (
@@ -106,15 +106,14 @@ class StagingLog:
         base = table.version()
         if base != self._own_base:
             return False
-        log = os.path.join(self.uri, "_delta_log")
         for offset, commit_id in enumerate(self._own, start=1):
             try:
-                with open(os.path.join(log, f"{base + offset:020d}.json"), "rb") as f:
+                with open(commit_file(self.uri, base + offset), "rb") as f:
                     if commit_id.encode() not in f.read():
                         return False
             except OSError:
                 return False
-        return not os.path.exists(os.path.join(log, f"{base + len(self._own) + 1:020d}.json"))
+        return not os.path.exists(commit_file(self.uri, base + len(self._own) + 1))
 
     # -- state ---------------------------------------------------------------------
 
