@@ -292,11 +292,11 @@ def actions(uri: str, kind: str) -> dict[int, list[dict[str, Any]]]:
     return {v: [a[kind] for a in acts if kind in a] for v, acts in support.log_commits(uri).items()}
 
 
-def staging_commits(staging: str) -> list[tuple[int, str]]:
-    """``(txn version, userMetadata)`` of the staging commits tagged with app ``app``."""
+def staging_commits(staging: str, app: str = "app") -> list[tuple[int, str]]:
+    """``(txn version, userMetadata)`` of the staging commits tagged with ``app``."""
     found = []
     for _, acts in sorted(support.log_commits(staging).items()):
-        txns = [a["txn"] for a in acts if "txn" in a and a["txn"]["appId"] == "app"]
+        txns = [a["txn"] for a in acts if "txn" in a and a["txn"]["appId"] == app]
         info = next(a["commitInfo"] for a in acts if "commitInfo" in a)
         found += [(int(t["version"]), str(info.get("userMetadata"))) for t in txns]
     return found
@@ -315,12 +315,17 @@ def test_staging_and_target_commits_carry_txn_and_user_metadata(
     delta_spark: Any, target: str
 ) -> None:
     s = sink(target, delta_spark)
-    s.write(df(delta_spark, 1, 2), 0)
-    s.write(df(delta_spark, 2, 3, value="w"), 1)
+    s.pre_commit(df(delta_spark, 1, 2), 0)
+    s.commit(0)
+    s.write(df(delta_spark, 2, 3, value="w"), 1)  # direct publish: nothing staged
     assert staging_commits(s.staging) == [
         (0, 'deltasink stage app=app version=0 columns=["id", "value"]'),
-        (1, 'deltasink stage app=app version=1 columns=["id", "value"]'),
     ]
+    assert staging_commits(s.staging, "app#committed") == [
+        (1, "deltasink committed app=app version=1"),  # the mark, a commit without files
+    ]
+    (mark,) = support.txn_commits(s.staging, "app#committed")[1]
+    assert actions(s.staging, "add")[mark] == []
     assert support.txn_commits(target, "app") == {0: [0], 1: [1]}
     assert support.commit_info(target, 1)["userMetadata"] == "deltasink commit app=app version=1"
     assert support.commit_info(target, 1)["operation"] == "MERGE"
@@ -492,22 +497,43 @@ def test_schema_evolution_and_batches_that_omit_columns(delta_spark: Any, target
 #: Failures the core absorbs: after the target commit landed the version is reported
 #: committed (the marker is re-read); a failed clean-up is logged and retried later.
 ABSORBED = ("publish.after_target_commit", "discard.before_log_commit")
+#: The fault points ``write()``'s direct publish crosses (nothing pending, no check).
+DIRECT = (
+    "stage.before_write",
+    "commit.before_publish",
+    "publish.before_target_commit",
+    "publish.after_target_commit",
+    "commit.after_publish",
+)
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_a_failure_at_every_step_is_recovered(delta_spark: Any, target: str, point: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "point"), [("staged", p) for p in POINTS] + [("direct", p) for p in DIRECT]
+)
+def test_a_failure_at_every_step_is_recovered(
+    delta_spark: Any, target: str, path: str, point: str
+) -> None:
     first = sink(target, delta_spark, APPEND)
     first.write(df(delta_spark, 1), 0)
     failed: BaseException | None = None
     with armed(point, "raise"):
         try:
-            first.write(df(delta_spark, 2, 3), 1)
+            if path == "direct":
+                first.write(df(delta_spark, 2, 3), 1)
+            else:
+                first.pre_commit(df(delta_spark, 2, 3), 1)
+                first.commit(1)
         except Exception as exc:
             failed = exc
     if point in ABSORBED:
         assert failed is None
     else:
         assert isinstance(failed, FaultInjected) or isinstance(failed.__cause__, FaultInjected)
+    if path == "direct":  # a failed publish is staged for recover(); a landed one is not
+        landed = point in ("publish.after_target_commit", "commit.after_publish")
+        failed_publish = point in ("commit.before_publish", "publish.before_target_commit")
+        assert support.marker(target, "app") == (1 if landed else 0)
+        assert support.staged_versions(first.staging) == ([1] if failed_publish else [])
     again = sink(target, delta_spark, APPEND)
     again.recover()
     again.write(df(delta_spark, 2, 3), 1)  # the job replays the batch
@@ -515,6 +541,84 @@ def test_a_failure_at_every_step_is_recovered(delta_spark: Any, target: str, poi
     assert {v: len(c) for v, c in support.txn_commits(target, "app").items()} == {0: 1, 1: 1}
     assert again.status().pending_versions == []
     assert support.staged_versions(again.staging) == []
+
+
+def test_write_publishes_directly_and_a_replay_is_a_no_op(delta_spark: Any, target: str) -> None:
+    """``write()`` with nothing pending MERGEs the validated frame straight into the
+    target: no staged data, one target commit per version, the committed mark in the
+    staging table; a replay changes nothing, and a version staged meanwhile is published
+    first, coalesced with the new one."""
+    s = sink(target, delta_spark)
+    assert s.write(df(delta_spark, 1, 2), 0).committed_versions == [0]
+    assert s.write(df(delta_spark, 2, 3, value="w"), 1).committed_versions == [1]
+    assert support.staged_versions(s.staging) == []
+    assert not any(actions(s.staging, "add").values())  # no file ever staged
+    assert support.marker(s.staging, "app#committed") == 1
+    before = support.table_version(target)
+    replay = s.write(df(delta_spark, 9), 1)
+    assert replay.committed_versions == []
+    assert support.table_version(target) == before
+    s.pre_commit(df(delta_spark, 4), 2)  # pending: the next write goes through staging
+    report = sink(target, delta_spark).write(df(delta_spark, 1, value="x"), 3)
+    assert report.committed_versions == [2, 3]
+    # txn version -> target commits: 2 and 3 in one (the target's third commit)
+    assert support.txn_commits(target, "app") == {0: [0], 1: [1], 3: [2]}
+    assert support.rows(target) == [
+        {"id": 1, "value": "x1"},
+        {"id": 2, "value": "w2"},
+        {"id": 3, "value": "w3"},
+        {"id": 4, "value": "v4"},
+    ]
+    assert sink(target, delta_spark).status().pending_versions == []
+
+
+def test_direct_writes_leave_a_mark_that_survives_a_rebuilt_target(
+    delta_spark: Any, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committed mark a direct publish records guards against a target rebuilt
+    without its markers: a replayed version is not applied again, on either log
+    reader."""
+    s = sink(target, delta_spark, APPEND)
+    s.write(df(delta_spark, 1), 0)
+    s.write(df(delta_spark, 2), 1)
+    shutil.rmtree(target)  # the target is rebuilt (here: lost) without its markers
+    for reader in ("delta-rs", "spark"):
+        monkeypatch.setattr(SparkBackend, "default_log_reader", reader)
+        fresh = sink(target, delta_spark, APPEND)
+        assert fresh.status().committed_version == 1, reader
+    monkeypatch.undo()
+    again = sink(target, delta_spark, APPEND)
+    assert again.write(df(delta_spark, 2), 1).committed_versions == []  # a replay
+    assert not os.path.exists(target)
+    assert again.write(df(delta_spark, 3), 2).committed_versions == [2]
+    assert support.ids(target) == [3]
+    assert support.txn_commits(target, "app") == {2: [0]}
+
+
+def test_a_foreach_batch_micro_batch_is_published_from_its_own_session(
+    delta_spark: Any, target: str, tmp_path: Path
+) -> None:
+    """A ``foreachBatch`` DataFrame belongs to the streaming query's session, whose
+    temporary views the sink's session does not see: the direct publish reads the
+    batch in the batch's session."""
+    s = sink(target, delta_spark)
+    source = tmp_path / "source"
+    delta_spark.range(0, 5).selectExpr("id", "concat('v', id) AS value").write.format("delta").save(
+        str(source)
+    )
+    query = (
+        delta_spark.readStream.format("delta")
+        .load(str(source))
+        .writeStream.foreachBatch(s.foreach_batch)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert support.ids(target) == [0, 1, 2, 3, 4]
+    assert support.txn_commits(target, "app") == {0: [0]}
+    assert support.staged_versions(s.staging) == []
+    assert support.marker(s.staging, "app#committed") == 0
 
 
 def test_catalog_table_names(delta_spark: Any) -> None:
@@ -673,8 +777,9 @@ def test_write_audit_publish(delta_spark: Any, target: str) -> None:
 
 def test_gc_and_optimize(delta_spark: Any, target: str) -> None:
     s = sink(target, delta_spark, APPEND)
-    for version in range(3):
-        s.write(df(delta_spark, version), version)
+    for version in range(3):  # staged, then committed (write() would stage nothing)
+        s.pre_commit(df(delta_spark, version), version)
+        s.commit(version)
     assert s.commits_since_optimize() == 3
     dry = s.gc(retention=0, dry_run=True)
     assert dry.dry_run

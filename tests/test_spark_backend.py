@@ -383,6 +383,37 @@ def test_history_is_read_back_only_to_the_last_committed_version(tmp_path: Path)
     assert seen == [16, 256]
 
 
+def test_a_direct_publish_record_is_a_mark_and_stops_the_history_read(tmp_path: Path) -> None:
+    """After direct publishes the staging history holds only ``committed`` records: each
+    is a committed mark, and a history read stops at one at or below the committed
+    version (nothing was pending when it was made), so a new sink reads 16 commits."""
+    path = str(tmp_path / "staging")
+    commit(path, None)
+    for version in range(40):
+        commit(path, f"deltasink committed app=app version={version}")
+    commit(path, 'deltasink stage-empty app=app version=40 columns=["id"]')
+    commit(path, "deltasink committed app=other version=99")  # another app's: ignored
+    seen: list[int] = []
+
+    def fetch(limit: int) -> Any:
+        seen.append(limit)
+        return DeltaTable(path).history(limit)
+
+    fresh = new_commits(fetch, None, lambda c: StagingLedger.stops_scan(c, "app", 39))
+    assert [int(c["version"]) for c in fresh] == [40, 41, 42]
+    assert seen == [16]
+    ledger = StagingLedger("app")
+    ledger.apply(fresh)
+    assert ledger.mark == 39
+    assert list(ledger.empty) == [40]
+    # Above the committed version a record does not stop the read (it is not a mark
+    # the target confirms yet): the read goes on to the next page.
+    seen.clear()
+    fresh = new_commits(fetch, None, lambda c: StagingLedger.stops_scan(c, "app", 20))
+    assert [int(c["version"]) for c in fresh][:2] == [21, 22]
+    assert seen == [16, 256]
+
+
 # -- scoped confs ------------------------------------------------------------------------------
 
 

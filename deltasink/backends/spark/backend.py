@@ -1,11 +1,13 @@
 """:class:`SparkBackend`, the spark engine's commit port
 (:class:`~deltasink.backends.ports.CommitPort`): the protocol's participant with
-fencing, coalescing and write-audit-publish, wired from the parts of this package.
+fencing, coalescing, write-audit-publish and direct publish, wired from the parts of
+this package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
@@ -17,7 +19,7 @@ from deltasink.guards import refuse_spec_change
 from deltasink.history import history_from_commits, previous_rows, user_metadata
 from deltasink.layout import PROP_SPEC
 from deltasink.participant import DiscardReason
-from deltasink.protocol import CommitResult, LogState, StagedVersion
+from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.table import TableSpec
 
@@ -38,10 +40,12 @@ from .validate import (
 
 __all__ = ["SparkBackend"]
 
+logger = logging.getLogger("deltasink")
+
 
 class SparkBackend:
     """:class:`~deltasink.protocol.Participant` whose Delta commits are made by Spark
-    (with fencing, coalescing and write-audit-publish).
+    (with fencing, coalescing, write-audit-publish and direct publish).
 
     Every method may be called again after a crash: state is read back from the two
     Delta logs, and every target commit is tagged ``txn(app_id, version)``, which Delta
@@ -179,6 +183,13 @@ class SparkBackend:
         A failure before that commit leaves nothing staged (Spark removes the files of a
         failed write job; anything left is unreferenced and goes with ``VACUUM``).
         """
+        return self.stage_prepared(self.prepare(batch, version))
+
+    # -- SupportsDirectPublish -------------------------------------------------------------
+
+    def prepare(self, batch: object, version: int) -> Prepared:
+        """Validate ``batch`` for ``version`` on Spark without writing anything (the
+        frame stays lazy); the named errors of :meth:`stage`."""
         spec = self.spec_for_new_versions()
         recorded = self.recorded_spec()
         if recorded is not None and recorded != spec:
@@ -191,10 +202,17 @@ class SparkBackend:
                 version=version,
             )
         prepared = self._prepare(batch, spec)
+        return Prepared(version, prepared.rows, prepared)
+
+    def _claim_for(self, prepared: PreparedFrame) -> int:
+        """Create the staging table on first use, claim (or check) the epoch, and record
+        the spec new versions carry when it changed."""
+        spec = self.spec_for_new_versions()
         if self._logs.staging_props() is None:
             self._staging_writer.create(prepared, spec)
         epoch = self._fence.fence()
         assert epoch is not None
+        recorded = self.recorded_spec()
         if recorded is not None and recorded != spec:
             self._fence.check()
             self._sql.set_props(
@@ -202,7 +220,48 @@ class SparkBackend:
                 {PROP_SPEC: spec.to_json()},
                 user_metadata("spec", self.app_id, None),
             )
-        return self._staging_writer.append(version, prepared, operation="stage")
+        return epoch
+
+    def stage_prepared(self, prepared: Prepared) -> StagedVersion:
+        """Stage a batch :meth:`prepare` validated, as :meth:`stage` does."""
+        frame: PreparedFrame = prepared.payload
+        self._claim_for(frame)
+        return self._staging_writer.append(prepared.version, frame, operation="stage")
+
+    def audit_prepared(self, prepared: Prepared) -> str | None:
+        """Run the pre-commit checks on the prepared (unstaged) frame."""
+        frame: PreparedFrame = prepared.payload
+        data = frame.frame.select(*frame.columns)
+        return self._audit(prepared.version, prepared.rows, lambda: data)
+
+    def publish_prepared(self, prepared: Prepared) -> CommitResult:
+        """MERGE (or append) the prepared frame straight into the target in one commit
+        carrying ``txn(app_id, version)``, then record the committed mark in the staging
+        table (one commit without data, ``txn("<app_id>#committed", version)``).
+
+        The staging table is created and the epoch claimed on first use, as by
+        :meth:`stage`; the epoch is checked before the target commit. A failure of the
+        mark's commit is logged, not raised: the target commit landed, and the next
+        clean-up or direct publish records a higher mark."""
+        frame: PreparedFrame = prepared.payload
+        version = prepared.version
+        self._claim_for(frame)
+        self._logs.check_publish(version)
+        result = self._target_writer.apply_frame(
+            version, frame, self.spec_for_new_versions(), prepared.rows
+        )
+        if result.outcome == "committed":
+            try:
+                self._staging_writer.record_mark(version)
+            except Exception as exc:  # as a failed clean-up: the next one records it
+                logger.warning(
+                    "app %r: recording version %s as committed in the staging table failed "
+                    "(%s); the next commit records it",
+                    self.app_id,
+                    version,
+                    exc,
+                )
+        return result
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -268,10 +327,15 @@ class SparkBackend:
             columns = self._logs.columns(version)
             return spark.sql(source_sql(self.staging_ref, [version], columns, plain))
 
+        return self._audit(version, staged.rows, dataframe)
+
+    def _audit(self, version: int, rows: int, dataframe: Callable[[], Any]) -> str | None:
+        if not self.checks:
+            return None
         batch = StagedBatch(
             app_id=self.app_id,
             version=version,
-            rows=staged.rows,
+            rows=rows,
             target=self.target,
             _arrow=lambda: spark_arrow(dataframe()),
             _dataframe=dataframe,

@@ -47,7 +47,8 @@ class StagingLedger:
         empty: Empty versions staged by Spark (a commit without files) and not
             discarded since, with their staging time.
         columns: The data columns each version was staged with.
-        mark: The highest version a ``discard-committed`` commit recorded as committed.
+        mark: The highest version a ``discard-committed`` (or, after a direct publish,
+            ``committed``) commit recorded as committed.
         through: The newest staging table version applied.
     """
 
@@ -86,6 +87,8 @@ class StagingLedger:
                     self.empty[version] = commit_time(commit["timestamp"])
                 if event["columns"] is not None:
                     self.columns[version] = event["columns"]
+            elif op == "committed" and version is not None:  # after a direct publish
+                self.mark = version if self.mark is None else max(self.mark, version)
             elif op.startswith("discard-"):
                 for v in event["versions"]:
                     self.empty.pop(v, None)
@@ -96,12 +99,13 @@ class StagingLedger:
     def stops_scan(cls, commit: Mapping[str, Any], app_id: str, committed: int | None) -> bool:
         """Reading history backwards may stop at a staging commit of a version ≤ the
         committed one: a version still pending was staged after it (versions are staged
-        in increasing order while one is pending)."""
+        in increasing order while one is pending), and after a direct publish's
+        ``committed`` record (made only when nothing was staged)."""
         event = cls.event(commit, app_id)
         return (
             committed is not None
             and event is not None
-            and event["op"] in ("stage", "stage-empty", "restage")
+            and event["op"] in ("stage", "stage-empty", "restage", "committed")
             and event["version"] is not None
             and event["version"] <= committed
         )

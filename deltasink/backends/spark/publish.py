@@ -34,6 +34,7 @@ from .logs import SparkLogs
 from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
 from .tables import RANK_COLUMN, Tables, fill_select, struct
+from .validate import PreparedFrame
 
 __all__ = ["TargetWriter", "guarded", "key_prune", "merge_sql", "source_sql"]
 
@@ -214,11 +215,41 @@ class TargetWriter:
         check_definition(spec, found, table=self.tables.target)
         self._definition_checked = True
 
+    def apply_frame(
+        self, version: int, prepared: PreparedFrame, spec: MergeSpec, rows: int
+    ) -> CommitResult:
+        """Commit a validated, unstaged batch as ``version`` (direct publish): the same
+        statements as for a staged version, reading the batch from a temporary view of
+        the frame instead of the staging table. As :meth:`apply`.
+
+        The statements run on the frame's own session: a ``foreachBatch`` micro-batch
+        belongs to the streaming query's session, whose temporary views no other
+        session sees."""
+        spark = getattr(prepared.frame, "sparkSession", None) or self._sql.session()
+        view = f"deltasink_batch_{uuid.uuid4().hex}"
+        prepared.frame.selectExpr(
+            "*", f"CAST({version} AS BIGINT) AS {quote(VERSION_COLUMN)}"
+        ).createOrReplaceTempView(view)
+        try:
+            return self.apply([version], prepared.columns, spec, rows, relation=view, session=spark)
+        finally:
+            spark.catalog.dropTempView(view)
+
     def apply(
-        self, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec, rows: int
+        self,
+        versions: Sequence[int],
+        columns: Sequence[str],
+        spec: MergeSpec,
+        rows: int,
+        *,
+        relation: str | None = None,
+        session: Any = None,
     ) -> CommitResult:
         """Commit ``versions`` (staged with ``columns``) in one commit carrying the
         marker of the last; ``already_committed`` when the target's marker covers it.
+        ``relation``: where their rows are read (default: the staging table), a table
+        or view with the staging table's layout; ``session``: the session that sees it
+        (default: the backend's).
 
         Raises:
             CommitError: The marker moved inside the coalesced ``versions``, or the
@@ -241,7 +272,7 @@ class TargetWriter:
                     version=version,
                 )
             start = time.perf_counter()
-            self.apply_once(versions, columns, spec)
+            self.apply_once(versions, columns, spec, relation=relation, session=session)
             return self.result(version, rows, time.perf_counter() - start)
 
         return retry(
@@ -259,15 +290,26 @@ class TargetWriter:
             what=f"the commit of version {version} into {t.target}",
         )
 
-    def apply_once(self, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec) -> None:
+    def apply_once(
+        self,
+        versions: Sequence[int],
+        columns: Sequence[str],
+        spec: MergeSpec,
+        *,
+        relation: str | None = None,
+        session: Any = None,
+    ) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check
         skips the commit when the target's marker already covers the version."""
         t = self.tables
         version = versions[-1]
+        relation = relation or t.staging_ref
         metadata = user_metadata("commit", t.app_id, version, versions)
-        source = source_sql(t.staging_ref, versions, columns, spec)
-        spark = self._sql.session()
+        source = source_sql(relation, versions, columns, spec)
+        spark = session or self._sql.session()
         target = self._logs.target_frame()
+        if target is not None and session is not None:  # one session per statement
+            target = spark.sql(f"SELECT * FROM {t.target_ref}")
         _faults.point("publish.before_target_commit", versions=list(versions))
         history = None
         if spec.mode == "scd2":  # the changes to the target's history, merged below
@@ -327,7 +369,7 @@ class TargetWriter:
                 wanted = struct([f for f in staged.fields if f.name in set(columns)])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
             prune = (  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
-                key_prune(spark, t.staging_ref, versions, spec.keys, target.schema)
+                key_prune(spark, relation, versions, spec.keys, target.schema)
                 if spec.prunable
                 else None
             )

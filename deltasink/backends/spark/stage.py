@@ -14,6 +14,7 @@ from deltasink import _faults
 from deltasink.batch import quote
 from deltasink.history import user_metadata
 from deltasink.layout import (
+    COMMITTED_SUFFIX,
     FORMAT,
     PROP_APP,
     PROP_EPOCH,
@@ -125,6 +126,21 @@ class StagingWriter:
         self._fence.check()
         _faults.point("stage.after_log_commit")
         return StagedVersion(version, prepared.rows, datetime.now(timezone.utc))
+
+    def record_mark(self, version: int) -> None:
+        """Record ``version`` as committed after a direct publish (nothing staged to
+        drop): one commit without data, tagged ``txn("<app_id>#committed", version)``
+        (the embedded engine's mark, which Delta skips when it is already ≥ ``version``)
+        and with a ``committed`` ledger record (the mark for a Spark reader, and where
+        a history read may stop: nothing was pending when it was made)."""
+        t = self.tables
+        frame = self._sql.session().sql(f"SELECT * FROM {t.staging_ref} LIMIT 0")
+        self._sql.write(
+            frame,
+            t.staging,
+            txn=(t.app_id + COMMITTED_SUFFIX, version),
+            user_metadata=user_metadata("committed", t.app_id, version),
+        )
 
     def ledger_txn(self) -> tuple[str, int]:
         """A ``txn`` Delta never skips: ``<app_id>#ledger`` at the next table version."""
