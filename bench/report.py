@@ -385,22 +385,35 @@ def _p6(p6: dict[str, Any]) -> str:
     """P6 from ``bench/out/p6.json`` (``python -m bench.p6_delta_spark``)."""
     rows = []
     for case, r in p6["p6"].items():
-        sink, merge = r["stats"]["deltasink spark engine"], r["stats"]["MERGE INTO + txn confs"]
+        stats = r["stats"]
+        sink, merge = stats["deltasink spark engine"], stats["MERGE INTO + txn confs"]
+        two_phase = stats.get("two-phase (pre_commit + commit)")
         rows.append(
-            [case, cell(sink), cell(merge), _x(r["ratio"]), "≤ 1.2x", _mark(r["ratio"] <= 1.2)]
+            [
+                case,
+                cell(sink),
+                "—" if two_phase is None else f"{cell(two_phase)}, {_x(r['two_phase_ratio'])}",
+                cell(merge),
+                _x(r["ratio"]),
+                "≤ 1.2x",
+                _mark(r["ratio"] <= 1.2),
+            ]
         )
     intro = (
         f"`python -m bench.p6_delta_spark --runs {p6['runs']}` ({p6['machine']['date']}; its "
         "own process: a classic `local[2]` session with delta-spark). Baseline: Delta's "
         "documented idempotent `foreachBatch` write, `MERGE INTO` under "
         "`spark.databricks.delta.write.txnAppId`/`txnVersion`; same session and input, "
-        "identical copies of the target, order alternating. The spark engine still runs "
-        "both phases (staging write, MERGE from staging, clean-up): direct publish is not "
-        "ported to it yet, and that fixed cost is the difference."
+        "identical copies of the target, order rotated. Each side first writes an empty "
+        "batch 0, outside the timing (a steady-state sink: its staging table made, its "
+        "epoch claimed). `sink.write` publishes directly (the MERGE from the validated "
+        "frame, then one staging commit without data for the committed mark); *two-phase* "
+        "is `pre_commit` + `commit` of the same batch (what `write` did before)."
     )
     header = [
         "case",
         "`sink.write` (spark engine)",
+        "two-phase, ratio",
         "`MERGE INTO` + txn confs",
         "ratio",
         "goal",

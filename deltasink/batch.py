@@ -107,6 +107,31 @@ def spark_arrow(df: Any) -> pa.Table:
     return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
 
+def spark_empty(df: Any) -> pa.Table:
+    """``spark_arrow(df.limit(0))``: the DataFrame's zero-row Arrow form. On classic
+    PySpark 4 it is built from ``df.schema`` as ``DataFrame.toArrow`` builds its table
+    (``to_arrow_schema`` with toArrow's arguments), without running a Spark job;
+    anywhere else (Spark Connect, PySpark 3.5, another signature) by a job over zero
+    rows."""
+    if type(df).__module__ == "pyspark.sql.classic.dataframe":
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
+        try:
+            schema = to_arrow_schema(
+                df.schema,
+                error_on_duplicated_field_names_in_struct=True,
+                timezone="UTC",
+                prefers_large_types=str(large).lower() == "true",
+            )
+        except TypeError:  # a release whose toArrow builds it otherwise
+            pass
+        else:
+            empty: pa.Table = schema.empty_table()
+            return empty
+    return spark_arrow(df.limit(0))
+
+
 def spark_input(table: pa.Table) -> pa.Table:
     """``table`` for ``SparkSession.createDataFrame``: without empty record batches,
     which make classic PySpark (4.2) lose rows of the table (the Arrow batch after an
@@ -140,12 +165,13 @@ def delete_expr(predicate: str) -> str:
     return f"coalesce(({predicate}), false) AS {quote(DELETE_COLUMN)}"
 
 
-def _spark_to_arrow(df: Any, spec: MergeSpec) -> pa.Table:
+def _spark_to_arrow(df: Any, spec: MergeSpec, *, empty: bool = False) -> pa.Table:
     _check_names(list(df.columns))
+    to_arrow = spark_empty if empty else spark_arrow
     if not spec.delete_when:
-        return spark_arrow(df)
+        return to_arrow(df)
     try:
-        flagged = spark_arrow(df.selectExpr("*", delete_expr(spec.delete_when)))
+        flagged = to_arrow(df.selectExpr("*", delete_expr(spec.delete_when)))
     except InvalidInputError:
         raise
     except Exception as exc:
@@ -158,6 +184,13 @@ def _spark_to_arrow(df: Any, spec: MergeSpec) -> pa.Table:
             f"predicate over the batch columns {list(df.columns)}: {exc}"
         ) from exc
     return flagged
+
+
+def collect_empty(df: Any, spec: MergeSpec) -> pa.Table:
+    """:func:`collect` of a Spark DataFrame's zero rows (names checked, the delete flag
+    typed and its predicate checked), from :func:`spark_empty`: no job on classic
+    PySpark 4."""
+    return _spark_to_arrow(df, spec, empty=True)
 
 
 def collect(data: object, spec: MergeSpec) -> pa.Table:

@@ -46,6 +46,7 @@ from deltasink import (
 from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
+from deltasink.batch import spark_arrow, spark_empty
 from tests import support
 from tests.contract import Harness, SinkContract, spark_tables
 
@@ -572,15 +573,36 @@ def test_write_publishes_directly_and_a_replay_is_a_no_op(delta_spark: Any, targ
     assert sink(target, delta_spark).status().pending_versions == []
 
 
+@pytest.mark.parametrize("maker", ["delta-rs", "spark", "spark-fallback"])
 def test_direct_writes_leave_a_mark_that_survives_a_rebuilt_target(
-    delta_spark: Any, target: str, monkeypatch: pytest.MonkeyPatch
+    delta_spark: Any, target: str, monkeypatch: pytest.MonkeyPatch, maker: str
 ) -> None:
     """The committed mark a direct publish records guards against a target rebuilt
-    without its markers: a replayed version is not applied again, on either log
-    reader."""
+    without its markers: a replayed version is not applied again, whichever log reader
+    reads it. The mark is made by delta-rs when delta-rs reads the logs, by Spark when
+    Spark does, or when delta-rs cannot commit (``spark-fallback``)."""
+    if maker == "spark":
+        monkeypatch.setattr(SparkBackend, "default_log_reader", "spark")
+    if maker == "spark-fallback":
+
+        def refuse(*_args: Any, **_kwargs: Any) -> None:
+            raise OSError("delta-rs cannot write this table")
+
+        monkeypatch.setattr("deltasink.backends.spark.stage.log_commit", refuse)
     s = sink(target, delta_spark, APPEND)
     s.write(df(delta_spark, 1), 0)
     s.write(df(delta_spark, 2), 1)
+    marks = support.txn_commits(s.staging, "app#committed")
+    assert sorted(marks) == [0, 1]
+    for (version,) in marks.values():  # no data, no metadata: conflicts with no append
+        assert actions(s.staging, "add")[version] == []
+        assert actions(s.staging, "metaData")[version] == []
+        info = support.commit_info(s.staging, version)
+        assert info["userMetadata"].startswith("deltasink committed app=app version=")
+        assert ("engineInfo" in info and "Apache-Spark" in info["engineInfo"]) == (
+            maker != "delta-rs"
+        )
+    monkeypatch.undo()
     shutil.rmtree(target)  # the target is rebuilt (here: lost) without its markers
     for reader in ("delta-rs", "spark"):
         monkeypatch.setattr(SparkBackend, "default_log_reader", reader)
@@ -593,6 +615,70 @@ def test_direct_writes_leave_a_mark_that_survives_a_rebuilt_target(
     assert again.write(df(delta_spark, 3), 2).committed_versions == [2]
     assert support.ids(target) == [3]
     assert support.txn_commits(target, "app") == {2: [0]}
+
+
+@pytest.mark.parametrize("key_type", ["long", "int", "date", "string"])
+def test_a_direct_merge_is_pruned_by_the_bounds_its_validation_found(
+    delta_spark: Any, target: str, key_type: str
+) -> None:
+    """The direct publish bounds the MERGE's keys to the batch's range from the
+    validating aggregation (no aggregation of its own), as the staged path bounds them
+    from the staging table: integer and date keys, not strings. An int batch key into a
+    long target is bounded too (same kind)."""
+
+    def batch(*ids: int, kind: str = key_type) -> Any:
+        column = f"CAST(id AS {kind})"
+        if kind == "date":
+            column = "date_add(DATE'2026-01-01', CAST(id AS INT))"
+        frame = delta_spark.createDataFrame([(i, f"v{i}") for i in ids], "id long, value string")
+        return frame.selectExpr(f"{column} AS k", "value")
+
+    s = sink(target, delta_spark, MergeSpec(keys=["k"]))
+    first = "long" if key_type == "int" else key_type  # int batches into a long target
+    s.write(batch(1, 2, 3, 4, 5, kind=first), 0)  # creates the target
+    s.write(batch(2, 3), 1)  # direct: bounds from the validation
+    s.pre_commit(batch(4, 5), 2)
+    s.commit(2)  # staged: bounds from the staging table
+
+    def predicate(delta_version: int) -> str:  # "(((k = k) AND (k >= 2)) AND (k <= 3))"
+        found = support.commit_info(target, delta_version)["operationParameters"]["predicate"]
+        return re.sub(r"#\d+L?", "", str(found))
+
+    direct, staged = predicate(1), predicate(2)
+    lows = {"date": ("2026-01-03", "2026-01-04", "2026-01-05", "2026-01-06")}
+    a, b, c, d = lows.get(key_type, ("2", "3", "4", "5"))
+    if key_type == "string":
+        assert ">=" not in direct
+        assert ">=" not in staged
+    else:
+        assert f"(k >= {a})) AND (k <= {b}))" in direct, direct
+        assert f"(k >= {c})) AND (k <= {d}))" in staged, staged
+    assert len(support.rows(target)) == 5
+
+
+@pytest.mark.parametrize("large", ["false", "true"])
+def test_the_zero_row_arrow_form_without_a_job_equals_to_arrow_s(
+    delta_spark: Any, large: str
+) -> None:
+    """Validation reads a classic DataFrame's Arrow schema from its Spark schema, as
+    ``toArrow`` builds its table, instead of running a job over zero rows: the same
+    schema for every type a batch may hold, whatever the large-types setting."""
+    frame = delta_spark.sql(
+        "SELECT 1L AS l, 1 AS i, CAST(1 AS SMALLINT) AS s, CAST(1 AS TINYINT) AS t, "
+        "1.5D AS d, CAST(1.5 AS FLOAT) AS f, CAST(1.5 AS DECIMAL(12, 3)) AS dec, "
+        "'x' AS str, X'01' AS bin, true AS b, DATE'2026-01-01' AS day, "
+        "TIMESTAMP'2026-01-01 00:00:00' AS ts, TIMESTAMP_NTZ'2026-01-01 00:00:00' AS ntz, "
+        "array(1, 2) AS arr, map('a', 1) AS m, named_struct('a', 1, 'b', 'x') AS st, "
+        "array(named_struct('k', 'v')) AS nested"
+    )
+    key = "spark.sql.execution.arrow.useLargeVarTypes"
+    before = delta_spark.conf.get(key, None)
+    delta_spark.conf.set(key, large)
+    try:
+        assert spark_empty(frame).schema == spark_arrow(frame.limit(0)).schema
+        assert spark_empty(frame).num_rows == 0
+    finally:
+        delta_spark.conf.unset(key) if before is None else delta_spark.conf.set(key, before)
 
 
 def test_a_foreach_batch_micro_batch_is_published_from_its_own_session(

@@ -47,6 +47,7 @@ from deltasink.backends.spark.validate import prepare_frame
 from deltasink.batch import collect, prepare
 from deltasink.cli import app
 from deltasink.layout import VERSION_COLUMN
+from deltasink.merge import key_ranges
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])
@@ -412,6 +413,27 @@ def test_a_direct_publish_record_is_a_mark_and_stops_the_history_read(tmp_path: 
     fresh = new_commits(fetch, None, lambda c: StagingLedger.stops_scan(c, "app", 20))
     assert [int(c["version"]) for c in fresh][:2] == [21, 22]
     assert seen == [16, 256]
+
+
+def test_predicate_from_bounds_bounds_integers_and_dates_only() -> None:
+    """The validating aggregation's bounds (Python values from ``collect``) give the
+    embedded engine's key-range predicate; strings and empty batches stay unbounded."""
+    from datetime import date
+
+    from deltasink.backends.spark.prune import bound_exprs, predicate_from_bounds
+
+    assert bound_exprs(["a", "b c"]) == [
+        "min(`a`) AS `lo_0`",
+        "max(`a`) AS `hi_0`",
+        "min(`b c`) AS `lo_1`",
+        "max(`b c`) AS `hi_1`",
+    ]
+    row = {"lo_0": -3, "hi_0": 7, "lo_1": date(2026, 1, 2), "hi_1": date(2026, 2, 1)}
+    assert predicate_from_bounds(row, ["a", "d"]) == key_ranges(
+        pa.table({"a": [-3, 7], "d": [date(2026, 1, 2), date(2026, 2, 1)]}), ["a", "d"]
+    )
+    assert predicate_from_bounds({"lo_0": "x", "hi_0": "y"}, ["s"]) is None
+    assert predicate_from_bounds({"lo_0": None, "hi_0": None}, ["a"]) is None  # no rows
 
 
 # -- scoped confs ------------------------------------------------------------------------------

@@ -98,6 +98,11 @@ class SparkLogs:
         self._target_committed: int | None = None
         self._guard = MarkGuard(tables.app_id, tables.target)
 
+    @property
+    def delta_rs_staging(self) -> StagingLog | None:
+        """The staging table as delta-rs reads it, when delta-rs reads the logs."""
+        return None if self._rs is None else self._rs[1]
+
     def check_publish(self, version: int) -> None:
         """Refuse ``version`` if the last state read showed the target's marker lost
         (:meth:`deltasink.guards.MarkGuard.check_publish`)."""

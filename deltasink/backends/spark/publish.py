@@ -20,7 +20,7 @@ from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
 from deltasink.errors import CommitError
 from deltasink.history import history_from_commits, user_metadata
 from deltasink.layout import VERSION_COLUMN
-from deltasink.merge import compile_merge, key_ranges, replace_predicate
+from deltasink.merge import compile_merge, replace_predicate
 from deltasink.protocol import CommitResult
 from deltasink.retry import retry
 from deltasink.spec import MergeSpec
@@ -31,6 +31,7 @@ from .definition import create_target, read_definition
 from .errors import is_conflict
 from .fencing import Fence
 from .logs import SparkLogs
+from .prune import bound_exprs, predicate_from_bounds, prunable_keys
 from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
 from .tables import RANK_COLUMN, Tables, fill_select, struct
@@ -39,11 +40,6 @@ from .validate import PreparedFrame
 __all__ = ["TargetWriter", "guarded", "key_prune", "merge_sql", "source_sql"]
 
 logger = logging.getLogger("deltasink")
-
-#: Key types pruned by range: their bounds are literals that read the same in Spark SQL
-#: as in :func:`~deltasink.merge.key_ranges` (whose string literals are DataFusion's, and
-#: a string column's order may follow a collation).
-_PRUNABLE = ("byte", "short", "integer", "long", "date")
 
 
 def guarded(spec: MergeSpec, versions: Sequence[int]) -> bool:
@@ -147,28 +143,17 @@ def key_prune(
         keys: The merge keys.
         target: The target's Spark schema (``StructType``).
     """
-    types = {f.name: f.dataType.typeName() for f in target.fields}
-    prunable = [k for k in keys if types.get(k) in _PRUNABLE]
+    prunable = prunable_keys(keys, target)
     if not prunable:
         return None
-    bounds = ", ".join(
-        f"min({quote(k)}) AS {quote(f'lo_{i}')}, max({quote(k)}) AS {quote(f'hi_{i}')}"
-        for i, k in enumerate(prunable)
-    )
     listed = ", ".join(str(v) for v in versions)
     row: pa.Table = spark_arrow(
-        spark.sql(f"SELECT {bounds} FROM {staging_ref} WHERE {quote(VERSION_COLUMN)} IN ({listed})")
-    )
-    columns = {
-        k: pa.concat_arrays(
-            [row.column(f"lo_{i}").combine_chunks(), row.column(f"hi_{i}").combine_chunks()]
+        spark.sql(
+            f"SELECT {', '.join(bound_exprs(prunable))} FROM {staging_ref} "
+            f"WHERE {quote(VERSION_COLUMN)} IN ({listed})"
         )
-        for i, k in enumerate(prunable)
-    }
-    staged = [
-        k for k, c in columns.items() if pa.types.is_integer(c.type) or pa.types.is_date(c.type)
-    ]
-    return key_ranges(pa.table(columns), staged) if staged else None
+    )
+    return predicate_from_bounds({n: row.column(n) for n in row.column_names}, prunable)
 
 
 class TargetWriter:
@@ -231,7 +216,16 @@ class TargetWriter:
             "*", f"CAST({version} AS BIGINT) AS {quote(VERSION_COLUMN)}"
         ).createOrReplaceTempView(view)
         try:
-            return self.apply([version], prepared.columns, spec, rows, relation=view, session=spark)
+            return self.apply(
+                [version],
+                prepared.columns,
+                spec,
+                rows,
+                relation=view,
+                session=spark,
+                prune=prepared.prune,
+                pruned=True,
+            )
         finally:
             spark.catalog.dropTempView(view)
 
@@ -244,12 +238,16 @@ class TargetWriter:
         *,
         relation: str | None = None,
         session: Any = None,
+        prune: str | None = None,
+        pruned: bool = False,
     ) -> CommitResult:
         """Commit ``versions`` (staged with ``columns``) in one commit carrying the
         marker of the last; ``already_committed`` when the target's marker covers it.
         ``relation``: where their rows are read (default: the staging table), a table
         or view with the staging table's layout; ``session``: the session that sees it
-        (default: the backend's).
+        (default: the backend's); ``pruned``: ``prune`` is already the key-range
+        predicate for these rows (else it is computed from ``relation`` by
+        :func:`key_prune`).
 
         Raises:
             CommitError: The marker moved inside the coalesced ``versions``, or the
@@ -272,7 +270,15 @@ class TargetWriter:
                     version=version,
                 )
             start = time.perf_counter()
-            self.apply_once(versions, columns, spec, relation=relation, session=session)
+            self.apply_once(
+                versions,
+                columns,
+                spec,
+                relation=relation,
+                session=session,
+                prune=prune,
+                pruned=pruned,
+            )
             return self.result(version, rows, time.perf_counter() - start)
 
         return retry(
@@ -298,6 +304,8 @@ class TargetWriter:
         *,
         relation: str | None = None,
         session: Any = None,
+        prune: str | None = None,
+        pruned: bool = False,
     ) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check
         skips the commit when the target's marker already covers the version."""
@@ -368,11 +376,12 @@ class TargetWriter:
                 staged = spark.sql(source).schema
                 wanted = struct([f for f in staged.fields if f.name in set(columns)])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
-            prune = (  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
-                key_prune(spark, relation, versions, spec.keys, target.schema)
-                if spec.prunable
-                else None
-            )
+            if not pruned:  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
+                prune = (
+                    key_prune(spark, relation, versions, spec.keys, target.schema)
+                    if spec.prunable
+                    else None
+                )
             statement = merge_sql(
                 t.target_ref,
                 spec,

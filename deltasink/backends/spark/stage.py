@@ -7,10 +7,13 @@ record quarantines in its properties.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from deltasink import _faults
+from deltasink.backends.embedded.deltalog import commit_properties
+from deltasink.backends.embedded.staging.writes import log_commit
 from deltasink.batch import quote
 from deltasink.history import user_metadata
 from deltasink.layout import (
@@ -36,6 +39,8 @@ from .tables import Tables, ddl_columns, fill_select, props_sql
 from .validate import PreparedFrame
 
 __all__ = ["StagingWriter"]
+
+logger = logging.getLogger("deltasink")
 
 
 class StagingWriter:
@@ -132,14 +137,31 @@ class StagingWriter:
         drop): one commit without data, tagged ``txn("<app_id>#committed", version)``
         (the embedded engine's mark, which Delta skips when it is already ≥ ``version``)
         and with a ``committed`` ledger record (the mark for a Spark reader, and where
-        a history read may stop: nothing was pending when it was made)."""
+        a history read may stop: nothing was pending when it was made).
+
+        Made by delta-rs when delta-rs reads the logs (a commit without data or
+        metadata: milliseconds, where a Spark write job takes hundreds; it conflicts
+        with no append), else, or if delta-rs cannot commit to the table, by Spark."""
         t = self.tables
+        metadata = user_metadata("committed", t.app_id, version)
+        log = self._logs.delta_rs_staging
+        table = None if log is None else log.open()
+        if table is not None:
+            properties = commit_properties(
+                app_id=t.app_id,
+                version=None,
+                operation="committed",
+                markers={t.app_id + COMMITTED_SUFFIX: version},
+                extra={"userMetadata": metadata},
+            )
+            try:
+                log_commit(table, [], properties)
+                return
+            except Exception as exc:  # e.g. a table feature delta-rs cannot write
+                logger.debug("app %r: delta-rs could not record the mark: %s", t.app_id, exc)
         frame = self._sql.session().sql(f"SELECT * FROM {t.staging_ref} LIMIT 0")
         self._sql.write(
-            frame,
-            t.staging,
-            txn=(t.app_id + COMMITTED_SUFFIX, version),
-            user_metadata=user_metadata("committed", t.app_id, version),
+            frame, t.staging, txn=(t.app_id + COMMITTED_SUFFIX, version), user_metadata=metadata
         )
 
     def ledger_txn(self) -> tuple[str, int]:

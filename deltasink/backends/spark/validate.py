@@ -17,11 +17,12 @@ from deltasink.batch import (
     check_required,
     check_row_predicates,
     collect,
+    collect_empty,
     delete_expr,
     is_spark_dataframe,
     prepare,
     quote,
-    spark_arrow,
+    spark_empty,
     spark_input,
 )
 from deltasink.errors import (
@@ -32,6 +33,7 @@ from deltasink.errors import (
 )
 from deltasink.spec import MergeSpec
 
+from .prune import bound_exprs, predicate_from_bounds, prunable_keys
 from .session import SparkSql
 from .tables import RANK_COLUMN, ddl_type
 
@@ -55,11 +57,15 @@ class PreparedFrame:
         frame: The staged form: target types, one row per key, the delete flag last.
         columns: Its data columns (without the delete flag).
         rows: Rows it holds.
+        prune: The MERGE's key-range predicate for these rows
+            (:mod:`~deltasink.backends.spark.prune`), from the validating aggregation;
+            ``None``: no key is bounded.
     """
 
     frame: Any
     columns: tuple[str, ...]
     rows: int
+    prune: str | None = None
 
 
 def as_dataframe(batch: object, sql: SparkSql) -> Any:
@@ -108,18 +114,19 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
         InvalidInputError: As :func:`~deltasink.batch.prepare`, plus a bad
             ``delete_when``.
     """
-    zero = collect(df.limit(0), spec)  # names; delete_when evaluated by the df's session
+    zero = collect_empty(df, spec)  # names; delete_when analysed by the df's session
     check_required(zero, spec)  # missing key / sequence_by columns
     if spec.replace_where or spec.target_predicate:  # every row satisfies them
         check_row_predicates(df, spec, zero.column_names)
-    target_arrow: pa.Schema | None = None if target is None else spark_arrow(target.limit(0)).schema
+    target_arrow: pa.Schema | None = None if target is None else spark_empty(target).schema
     frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
     not_null = [
         f.name
         for f in (target_arrow or [])
         if not f.nullable and f.name in zero.column_names and f.name != DELETE_COLUMN
     ]
-    stats = _batch_stats(frame, spec, not_null)
+    bounded = _bounded_keys(spec, target, frame)
+    stats, bounds = _batch_stats(frame, spec, not_null, bounded)
     for i, name in enumerate(spec.required_columns):
         if stats[f"null_{i}"] and not spec.nullable(name):
             role = spec.role(name)
@@ -161,7 +168,8 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
             select.append(quote(name))
     if spec.delete_when:
         select.append(quote(DELETE_COLUMN))
-    return PreparedFrame(frame.selectExpr(*select), columns, int(rows))
+    prune = predicate_from_bounds(bounds, bounded) if bounded else None
+    return PreparedFrame(frame.selectExpr(*select), columns, int(rows), prune)
 
 
 def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
@@ -185,7 +193,27 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
         ) from exc
 
 
-def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[str, int]:
+def _bounded_keys(spec: MergeSpec, target: Any | None, frame: Any) -> list[str]:
+    """The keys the MERGE may bound to the batch's range: pruned by range in the target
+    (:func:`~.prune.prunable_keys`) and of the same kind in the batch (integers, or
+    dates), so the batch's bounds are the bounds of the values it merges."""
+    if target is None or not spec.keys or not spec.prunable:
+        return []
+    batch = set(prunable_keys(spec.keys, frame.schema))
+    target_types = {f.name: f.dataType.typeName() for f in target.schema.fields}
+    batch_types = {f.name: f.dataType.typeName() for f in frame.schema.fields}
+    return [
+        k
+        for k in prunable_keys(spec.keys, target.schema)
+        if k in batch and (target_types[k] == "date") == (batch_types[k] == "date")
+    ]
+
+
+def _batch_stats(
+    frame: Any, spec: MergeSpec, not_null: Sequence[str], bounded: Sequence[str] = ()
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The validating aggregation: counts (nulls, NOT NULL violations, distinct keys),
+    and the bounds of ``bounded`` keys (:func:`~.prune.bound_exprs`)."""
     exprs = ["count(1) AS `n`"]
     for i, name in enumerate(spec.required_columns):
         exprs.append(f"sum(CASE WHEN {quote(name)} IS NULL THEN 1 ELSE 0 END) AS `null_{i}`")
@@ -199,8 +227,10 @@ def _batch_stats(frame: Any, spec: MergeSpec, not_null: Sequence[str]) -> dict[s
         # count(DISTINCT a, b) skips rows with a null; a struct is never null
         distinct = f"struct({listed})" if spec.null_safe_keys else listed
         exprs.append(f"count(DISTINCT {distinct}) AS `keys`")
+    exprs += bound_exprs(bounded)
     row = frame.selectExpr(*exprs).collect()[0].asDict()
-    return {k: int(v or 0) for k, v in row.items()}
+    bounds = {k: v for k, v in row.items() if k.startswith(("lo_", "hi_"))}
+    return {k: int(v or 0) for k, v in row.items() if k not in bounds}, bounds
 
 
 def _latest_per_key(frame: Any, keys: Sequence[str], sequence_by: str) -> Any:

@@ -46,7 +46,7 @@ from deltasink.spec import MergeSpec
 from .fencing import Epochs
 from .log import StagingLog, props
 
-__all__ = ["STAGING_PARQUET", "StagingWriter"]
+__all__ = ["STAGING_PARQUET", "StagingWriter", "log_commit"]
 
 logger = logging.getLogger("deltasink")
 
@@ -149,7 +149,7 @@ class StagingWriter:
                 data_change=True,
                 stats=json.dumps({"numRecords": data.num_rows}),
             )
-            _log_commit(
+            log_commit(
                 table,
                 [*removes, add],
                 commit_properties(
@@ -278,7 +278,7 @@ class StagingWriter:
             extra={"deltasink.epoch": epoch, "deltasink.commitId": commit_id},
         )
         try:
-            _log_commit(table, [], properties)
+            log_commit(table, [], properties)
         except CommitFailedError:
             # Only a metadata (or protocol) change since the state read fails a
             # commit without data: the usual one is a newer writer's claim.
@@ -358,7 +358,7 @@ def _remove_orphan(fs: pafs.FileSystem, relative: str) -> None:
         logger.debug("could not remove orphan staging file %s", relative)
 
 
-def _log_commit(
+def log_commit(
     table: DeltaTable, actions: Sequence[AddAction | RemoveAction], props: CommitProperties
 ) -> None:
     """Commit ``actions`` (possibly none: markers only) to the staging log as written."""
