@@ -1,5 +1,5 @@
-"""The Spark backend: the Spark session makes every Delta commit, with Delta's own
-idempotent writes (delta-spark ≥ 2.3, any Databricks runtime, classic or Spark Connect).
+"""The Spark backend: the Spark session makes every target commit (and every staging
+commit with data), with Delta's own idempotent writes (delta-spark ≥ 2.3, any Databricks runtime, classic or Spark Connect).
 
 What each step does (the staging layout is the embedded backend's, so an operator can
 switch engines on the same tables; see ``docs/spark-backend.md``):
@@ -17,6 +17,9 @@ switch engines on the same tables; see ``docs/spark-backend.md``):
   ``commitInfo.userMetadata``) set around that one statement and restored afterwards
   (:mod:`~deltasink.backends.spark.conf`): the data change and ``txn(app_id, version)`` are one
   commit, and Delta itself skips a replay.
+* **direct publish** (``write()`` with nothing pending): the validated frame is MERGEd
+  the same way without being staged, then one staging commit without data records the
+  committed mark (by delta-rs where it reads the logs, else by Spark).
 * **read the logs**: through delta-rs when the tables are paths it can open (the
   target's ``txn`` version, the staging partitions); otherwise through Spark
   (``DESCRIBE HISTORY`` ``userMetadata`` and a ``GROUP BY`` over the staging
@@ -41,7 +44,7 @@ The modules, one concept each:
 * :mod:`~deltasink.backends.spark.fencing`: the writer epoch.
 * :mod:`~deltasink.backends.spark.stage`: writing the staging table.
 * :mod:`~deltasink.backends.spark.publish`: the source query, the MERGE, the target
-  commit.
+  commit; :mod:`~deltasink.backends.spark.prune`: the MERGE's key-range predicate.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class SparkBackend:
     """
 
     name = "spark"
-    reason = "Spark makes every Delta commit, with Delta's own txn idempotency"
+    reason = "Spark makes every target commit, with Delta's own txn idempotency"
     default_log_reader: ClassVar[LogReader] = "auto"
     #: Unused here: this engine records no publish intent (docs/spark-backend.md).
     write_through: int | None = None
