@@ -86,10 +86,14 @@ def goals(results: dict[str, Any]) -> list[Row]:
         rows.append(
             [
                 f"P2 one `commit()` of {p2['batches']} pending {fmt_rows(p2['batch_rows'])}-row "
-                f"batches vs {p2['batches']} bare MERGEs",
-                "≥ 20x faster",
+                f"batches vs {p2['batches']} "
+                + ("best hand-written MERGEs" if "best" in p2["stats"] else "bare MERGEs"),
+                "≥ 50x faster" if "best" in p2["stats"] else "≥ 20x faster",
                 f"{p2['speedup']:.1f}x faster (staging included: {p2['speedup_end_to_end']:.1f}x)",
-                _mark(p2["speedup"] >= 20 and all(p2["checks"].values())),
+                _mark(
+                    p2["speedup"] >= (50 if "best" in p2["stats"] else 20)
+                    and all(p2["checks"].values())
+                ),
             ]
         )
     for case in s.get("p7", []):
@@ -201,19 +205,30 @@ def _grid(grid: list[dict[str, Any]]) -> str:
 
 def _p2(p2: dict[str, Any]) -> str:
     st = p2["stats"]
+    best = "best" if "best" in st else "bare"
     names = {
         "sink_commit": "deltasink `commit()` of all pending versions (coalesced, one MERGE)",
         "sink_stage": "deltasink `pre_commit` x N before it (not part of the goal)",
-        "bare": "**N bare delta-rs MERGEs** — the baseline",
+        "bare": "N delta-rs MERGEs, default call",
+        "bare_pruned": "N delta-rs MERGEs, `streamed_exec=False`",
+        "bare_keyrange": "N delta-rs MERGEs, `streamed_exec=False` + key range",
+        "best": "**N best hand-written MERGEs** (fastest of the three per repetition): the baseline",
         "sink_one_by_one": "deltasink `commit()` with `coalesce=False` (N MERGEs)",
     }
+    if best == "bare":
+        names["bare"] = "**N bare delta-rs MERGEs** — the baseline"
+    sides = [
+        s
+        for s in ("sink_commit", "sink_stage", "bare", "bare_pruned", "bare_keyrange", "best")
+        if s in st
+    ] + ["sink_one_by_one"]
     rows = [
-        [names[side], cell(st[side]), f"{st['bare']['median'] / st[side]['median']:.1f}x"]
-        for side in ("sink_commit", "sink_stage", "bare", "sink_one_by_one")
+        [names[side], cell(st[side]), f"{st[best]['median'] / st[side]['median']:.1f}x"]
+        for side in sides
     ]
     checks = ", ".join(f"{k}: {'equal' if v else '**DIFFERENT**'}" for k, v in p2["checks"].items())
     return (
-        _table(["side", "median [min-max]", "bare / side"], rows)
+        _table(["side", "median [min-max]", f"{best} / side"], rows)
         + f"\n\nTarget commits made: {p2['target_commits']}. Tables after the runs: {checks}."
     )
 
