@@ -392,22 +392,64 @@ def first_per_key(
     table: pa.Table, keys: Sequence[str], order: Sequence[tuple[str, SortOrder]]
 ) -> pa.Table:
     """One row per key: the first by ``order`` (column, "ascending"/"descending"),
-    ties going to the later row. Rows keep their original order."""
+    ties going to the later row. Rows keep their original order.
+
+    The rows are sorted by key then ``order``; the first row of each key is where the
+    key changes in that order (:func:`_group_starts`, for key types whose equality is
+    exact), else the first of a hash aggregation over the sorted rows."""
     columns = list(dict.fromkeys([*keys, *(name for name, _ in order)]))
     indexed = table.select(columns).append_column(
         _ROW, pa.array(np.arange(table.num_rows, dtype=np.int64))
     )
     sort_keys: list[tuple[str, SortOrder]] = [(k, "ascending") for k in keys]
     sort_keys += [*order, (_ROW, "descending")]
-    firsts = (
-        indexed.take(pc.sort_indices(indexed, sort_keys=sort_keys))
-        .group_by(list(keys), use_threads=False)
-        .aggregate([(_ROW, "first")])
-        .column(f"{_ROW}_first")
-    )
+    ordered = indexed.take(pc.sort_indices(indexed, sort_keys=sort_keys))
+    starts = _group_starts(ordered, keys)
+    if starts is not None:
+        firsts = ordered.column(_ROW).filter(starts)
+    else:
+        firsts = (
+            ordered.group_by(list(keys), use_threads=False)
+            .aggregate([(_ROW, "first")])
+            .column(f"{_ROW}_first")
+        )
     if len(firsts) == table.num_rows:
         return table
     return table.take(pc.take(firsts, pc.sort_indices(firsts)))
+
+
+def _exact_equality(column_type: pa.DataType) -> bool:
+    """Key types whose ``not_equal`` is the grouping's equality (no NaN, no
+    collation, no nesting)."""
+    return (
+        pa.types.is_integer(column_type)
+        or pa.types.is_string(column_type)
+        or pa.types.is_large_string(column_type)
+        or pa.types.is_binary(column_type)
+        or pa.types.is_large_binary(column_type)
+        or pa.types.is_boolean(column_type)
+        or pa.types.is_date(column_type)
+        or pa.types.is_timestamp(column_type)
+        or pa.types.is_decimal(column_type)
+    )
+
+
+def _group_starts(ordered: pa.Table, keys: Sequence[str]) -> pa.Array[Any] | None:
+    """For rows sorted by ``keys``: a mask of the first row of each key (a null equal to
+    a null, as in a grouping); ``None`` if a key's type is not exactly comparable."""
+    n = ordered.num_rows
+    if not all(_exact_equality(ordered.schema.field(k).type) for k in keys):
+        return None
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for key in keys:
+        column = ordered.column(key)
+        later, earlier = column.slice(1), column.slice(0, max(n - 1, 0))
+        unequal: Any = pc.not_equal(later, earlier)
+        nulls: Any = pc.not_equal(pc.is_null(later), pc.is_null(earlier))
+        changed |= pc.or_(pc.fill_null(unequal, False), nulls).to_numpy(zero_copy_only=False)
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = changed
+    return pa.array(starts)
 
 
 def _latest_per_key(table: pa.Table, keys: Sequence[str], sequence_by: str) -> pa.Table:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -184,17 +185,15 @@ class StagingLog:
         paths: dict[int, list[str]] = {}
         for row in actions.to_pylist():
             paths.setdefault(int(row[f"partition.{VERSION_COLUMN}"]), []).append(str(row["path"]))
-        result = {}
         for version in versions:
             if version not in paths:
                 raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
+        filesystem = self.filesystem()
+
+        def read(version: int) -> pa.Table:
             try:
-                dataset = ds.dataset(paths[version], filesystem=self.filesystem(), format="parquet")
+                dataset = ds.dataset(paths[version], filesystem=filesystem, format="parquet")
                 data = dataset.to_table()
-                # Files the spark engine staged may carry the partition column too.
-                if VERSION_COLUMN in data.column_names:
-                    data = data.drop_columns([VERSION_COLUMN])
-                result[version] = data
             except OSError as exc:
                 raise StorageError(
                     f"the staged data of version {version} in {self.uri} cannot be read "
@@ -205,7 +204,17 @@ class StagingLog:
                     app_id=self.app_id,
                     version=version,
                 ) from exc
-        return result
+            # Files the spark engine staged may carry the partition column too.
+            if VERSION_COLUMN in data.column_names:
+                data = data.drop_columns([VERSION_COLUMN])
+            return data
+
+        if len(versions) < 2:
+            return {v: read(v) for v in versions}
+        # Many small versions (a coalesced commit): read side by side; pyarrow's reads
+        # release the GIL, one dataset per version keeps each version's own schema.
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
+            return dict(zip(versions, pool.map(read, versions), strict=True))
 
     def filesystem(self) -> pafs.FileSystem:
         """The table's storage, rooted at the table (pyarrow's own for local paths:
