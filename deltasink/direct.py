@@ -19,7 +19,7 @@ from deltasink.committables import CommitReport, CommitResult, LogState, Prepare
 from deltasink.errors import CommitError, DeltaSinkError, FencedError, UnverifiableChecksError
 from deltasink.participant import SupportsDirectPublish
 
-__all__ = ["audit_passes", "landed_despite", "publish_directly"]
+__all__ = ["audit_passes", "landed_despite", "publish_directly", "record_mark_softly"]
 
 logger = logging.getLogger("deltasink")
 
@@ -66,6 +66,24 @@ def publish_directly(
         result = landed
     _faults.point("commit.after_publish", versions=[version])
     return result
+
+
+def record_mark_softly(record: Callable[[], None], *, app_id: str, version: int) -> None:
+    """Run ``record`` (an engine's commit of the committed mark after a direct
+    publish) as a clean-up: the target commit landed, so a failure is logged, not
+    raised (the next commit records a higher mark), except :class:`FencedError`."""
+    try:
+        record()
+    except FencedError:
+        raise
+    except Exception as exc:
+        logger.warning(
+            "app %r: recording version %s as committed in the staging table failed "
+            "(%s); the next commit records it",
+            app_id,
+            version,
+            exc,
+        )
 
 
 def landed_despite(

@@ -19,7 +19,8 @@ from deltasink import _faults
 from deltasink.batch import collect, prepare
 from deltasink.checks import Check
 from deltasink.coalesce import coalesce
-from deltasink.errors import CommitError, ConfigurationError, FencedError
+from deltasink.direct import record_mark_softly
+from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import MarkGuard, refuse_spec_change
 from deltasink.participant import DiscardReason
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
@@ -239,18 +240,11 @@ class EmbeddedBackend:
             before_attempt=self._fence,
         )
         self._last = None
-        try:
-            self.writer.record_mark(version, epoch=epoch, verified=True)
-        except FencedError:
-            raise
-        except Exception as exc:  # as a failed clean-up: the next one records it
-            logger.warning(
-                "app %r: recording version %s as committed in the staging table failed "
-                "(%s); the next commit records it",
-                self.app_id,
-                version,
-                exc,
-            )
+        record_mark_softly(
+            lambda: self.writer.record_mark(version, epoch=epoch, verified=True),
+            app_id=self.app_id,
+            version=version,
+        )
         return result
 
     def _announce(self, version: int, *, epoch: int | None = None) -> None:

@@ -6,7 +6,6 @@ this package.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
@@ -14,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from deltasink import _faults
 from deltasink.batch import spark_arrow
 from deltasink.checks import Check, StagedBatch, run_checks
+from deltasink.direct import record_mark_softly
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import refuse_spec_change
 from deltasink.history import history_from_commits, previous_rows, user_metadata
@@ -39,8 +39,6 @@ from .validate import (
 )
 
 __all__ = ["SparkBackend"]
-
-logger = logging.getLogger("deltasink")
 
 
 class SparkBackend:
@@ -208,11 +206,14 @@ class SparkBackend:
         """Create the staging table on first use, claim (or check) the epoch, and record
         the spec new versions carry when it changed."""
         spec = self.spec_for_new_versions()
-        if self._logs.staging_props() is None:
+        props = self._logs.staging_props()
+        if props is None:
             self._staging_writer.create(prepared, spec)
         epoch = self._fence.fence()
         assert epoch is not None
-        recorded = self.recorded_spec()
+        # A claim does not change the spec: the properties read above say it, unless
+        # the table was only just created (by this writer, or a concurrent one).
+        recorded = self._logs.recorded_spec(props)
         if recorded is not None and recorded != spec:
             self._fence.check()
             self._sql.set_props(
@@ -251,16 +252,11 @@ class SparkBackend:
             version, frame, self.spec_for_new_versions(), prepared.rows
         )
         if result.outcome == "committed":
-            try:
-                self._staging_writer.record_mark(version)
-            except Exception as exc:  # as a failed clean-up: the next one records it
-                logger.warning(
-                    "app %r: recording version %s as committed in the staging table failed "
-                    "(%s); the next commit records it",
-                    self.app_id,
-                    version,
-                    exc,
-                )
+            record_mark_softly(
+                lambda: self._staging_writer.record_mark(version),
+                app_id=self.app_id,
+                version=version,
+            )
         return result
 
     # -- publishing ----------------------------------------------------------------------

@@ -126,9 +126,11 @@ class SparkLogs:
         check_owner(props, staging=t.staging, target=t.target, app_id=t.app_id)
         return props
 
-    def recorded_spec(self) -> MergeSpec | None:
-        """The MergeSpec recorded in the staging table, if any."""
-        props = self.staging_props()
+    def recorded_spec(self, props: Mapping[str, str] | None = None) -> MergeSpec | None:
+        """The MergeSpec recorded in the staging table, if any (in ``props``, the
+        staging properties as read already, when given)."""
+        if props is None:
+            props = self.staging_props()
         text = None if props is None else props.get(PROP_SPEC)
         return MergeSpec.from_json(text) if text else None
 

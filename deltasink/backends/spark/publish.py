@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +38,7 @@ from .session import SparkSql
 from .tables import RANK_COLUMN, Tables, fill_select, struct
 from .validate import PreparedFrame
 
-__all__ = ["TargetWriter", "guarded", "key_prune", "merge_sql", "source_sql"]
+__all__ = ["TargetWriter", "Unstaged", "guarded", "key_prune", "merge_sql", "source_sql"]
 
 logger = logging.getLogger("deltasink")
 
@@ -156,6 +157,17 @@ def key_prune(
     return predicate_from_bounds({n: row.column(n) for n in row.column_names}, prunable)
 
 
+@dataclass(frozen=True)
+class Unstaged:
+    """Where a direct publish reads its batch instead of the staging table: a temporary
+    view with the staging table's layout, the session that sees it, and the key-range
+    predicate its validation found (``None``: no key bounded)."""
+
+    view: str
+    session: Any
+    prune: str | None
+
+
 class TargetWriter:
     """Commits staged versions to the target through Spark, idempotently.
 
@@ -216,16 +228,8 @@ class TargetWriter:
             "*", f"CAST({version} AS BIGINT) AS {quote(VERSION_COLUMN)}"
         ).createOrReplaceTempView(view)
         try:
-            return self.apply(
-                [version],
-                prepared.columns,
-                spec,
-                rows,
-                relation=view,
-                session=spark,
-                prune=prepared.prune,
-                pruned=True,
-            )
+            unstaged = Unstaged(view, spark, prepared.prune)
+            return self.apply([version], prepared.columns, spec, rows, unstaged=unstaged)
         finally:
             spark.catalog.dropTempView(view)
 
@@ -236,18 +240,12 @@ class TargetWriter:
         spec: MergeSpec,
         rows: int,
         *,
-        relation: str | None = None,
-        session: Any = None,
-        prune: str | None = None,
-        pruned: bool = False,
+        unstaged: Unstaged | None = None,
     ) -> CommitResult:
         """Commit ``versions`` (staged with ``columns``) in one commit carrying the
         marker of the last; ``already_committed`` when the target's marker covers it.
-        ``relation``: where their rows are read (default: the staging table), a table
-        or view with the staging table's layout; ``session``: the session that sees it
-        (default: the backend's); ``pruned``: ``prune`` is already the key-range
-        predicate for these rows (else it is computed from ``relation`` by
-        :func:`key_prune`).
+        ``unstaged``: the batch of a direct publish, read there instead of the staging
+        table.
 
         Raises:
             CommitError: The marker moved inside the coalesced ``versions``, or the
@@ -270,15 +268,7 @@ class TargetWriter:
                     version=version,
                 )
             start = time.perf_counter()
-            self.apply_once(
-                versions,
-                columns,
-                spec,
-                relation=relation,
-                session=session,
-                prune=prune,
-                pruned=pruned,
-            )
+            self.apply_once(versions, columns, spec, unstaged=unstaged)
             return self.result(version, rows, time.perf_counter() - start)
 
         return retry(
@@ -302,21 +292,18 @@ class TargetWriter:
         columns: Sequence[str],
         spec: MergeSpec,
         *,
-        relation: str | None = None,
-        session: Any = None,
-        prune: str | None = None,
-        pruned: bool = False,
+        unstaged: Unstaged | None = None,
     ) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check
         skips the commit when the target's marker already covers the version."""
         t = self.tables
         version = versions[-1]
-        relation = relation or t.staging_ref
+        relation = t.staging_ref if unstaged is None else unstaged.view
         metadata = user_metadata("commit", t.app_id, version, versions)
         source = source_sql(relation, versions, columns, spec)
-        spark = session or self._sql.session()
+        spark = self._sql.session() if unstaged is None else unstaged.session
         target = self._logs.target_frame()
-        if target is not None and session is not None:  # one session per statement
+        if target is not None and unstaged is not None:  # one session per statement
             target = spark.sql(f"SELECT * FROM {t.target_ref}")
         _faults.point("publish.before_target_commit", versions=list(versions))
         history = None
@@ -376,12 +363,12 @@ class TargetWriter:
                 staged = spark.sql(source).schema
                 wanted = struct([f for f in staged.fields if f.name in set(columns)])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
-            if not pruned:  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
-                prune = (
-                    key_prune(spark, relation, versions, spec.keys, target.schema)
-                    if spec.prunable
-                    else None
-                )
+            if unstaged is not None:  # bounded by its validation
+                prune = unstaged.prune
+            elif spec.prunable:  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
+                prune = key_prune(spark, relation, versions, spec.keys, target.schema)
+            else:
+                prune = None
             statement = merge_sql(
                 t.target_ref,
                 spec,
