@@ -9,7 +9,7 @@ per key with ``sequence_by``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -29,6 +29,7 @@ __all__ = [
     "DELETE_COLUMN",
     "GUARD_COLUMN",
     "SCD2_DUPLICATES",
+    "SparkToArrow",
     "check_required",
     "check_row_predicates",
     "collect",
@@ -39,6 +40,7 @@ __all__ = [
     "prepare",
     "quote",
     "spark_arrow",
+    "spark_arrow_schema",
     "spark_input",
 ]
 
@@ -107,28 +109,37 @@ def spark_arrow(df: Any) -> pa.Table:
     return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
 
-def spark_empty(df: Any) -> pa.Table:
-    """``spark_arrow(df.limit(0))``: the DataFrame's zero-row Arrow form. On classic
-    PySpark 4 it is built from ``df.schema`` as ``DataFrame.toArrow`` builds its table
-    (``to_arrow_schema`` with toArrow's arguments), without running a Spark job;
-    anywhere else (Spark Connect, PySpark 3.5, another signature) by a job over zero
-    rows."""
-    if type(df).__module__ == "pyspark.sql.classic.dataframe":
-        from pyspark.sql.pandas.types import to_arrow_schema
+def spark_arrow_schema(df: Any) -> pa.Schema | None:
+    """The Arrow schema ``DataFrame.toArrow`` gives ``df``'s table, built from
+    ``df.schema`` as PySpark 4 builds it (classic: ``to_arrow_schema`` with toArrow's
+    arguments and the large-types setting; Spark Connect: the schema its ``toArrow``
+    casts the fetched table to), without running a job; ``None`` where toArrow builds
+    it otherwise (PySpark 3.5, another signature)."""
+    module = type(df).__module__
+    if module not in ("pyspark.sql.classic.dataframe", "pyspark.sql.connect.dataframe"):
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
 
+    options: dict[str, Any] = {"error_on_duplicated_field_names_in_struct": True, "timezone": "UTC"}
+    if module == "pyspark.sql.classic.dataframe":
         large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")
-        try:
-            schema = to_arrow_schema(
-                df.schema,
-                error_on_duplicated_field_names_in_struct=True,
-                timezone="UTC",
-                prefers_large_types=str(large).lower() == "true",
-            )
-        except TypeError:  # a release whose toArrow builds it otherwise
-            pass
-        else:
-            empty: pa.Table = schema.empty_table()
-            return empty
+        options["prefers_large_types"] = str(large).lower() == "true"
+    try:
+        schema: pa.Schema = to_arrow_schema(df.schema, **options)
+    except TypeError:  # a release whose toArrow builds it otherwise
+        return None
+    return schema
+
+
+def spark_empty(df: Any) -> pa.Table:
+    """``spark_arrow(df.limit(0))``: the DataFrame's zero-row Arrow form. On PySpark 4
+    it is built from ``df.schema`` (:func:`spark_arrow_schema`), without running a
+    Spark job; anywhere else (PySpark 3.5, another signature) by a job over zero
+    rows."""
+    schema = spark_arrow_schema(df)
+    if schema is not None:
+        empty: pa.Table = schema.empty_table()
+        return empty
     return spark_arrow(df.limit(0))
 
 
@@ -165,13 +176,32 @@ def delete_expr(predicate: str) -> str:
     return f"coalesce(({predicate}), false) AS {quote(DELETE_COLUMN)}"
 
 
-def _spark_to_arrow(df: Any, spec: MergeSpec, *, empty: bool = False) -> pa.Table:
+#: How a Spark DataFrame's rows become one Arrow table: ``(df, ordered)``, where
+#: ``ordered`` asks for the DataFrame's row order (which ``sequence_by`` ties need).
+SparkToArrow = Callable[[Any, bool], pa.Table]
+
+
+def _to_arrow(df: Any, ordered: bool) -> pa.Table:
+    return spark_arrow(df)  # toArrow keeps the DataFrame's order
+
+
+def _zero_rows(df: Any, ordered: bool) -> pa.Table:
+    return spark_empty(df)
+
+
+def _spark_to_arrow(
+    df: Any, spec: MergeSpec, *, empty: bool = False, to_arrow: SparkToArrow | None = None
+) -> pa.Table:
     _check_names(list(df.columns))
-    to_arrow = spark_empty if empty else spark_arrow
+    ordered = spec.sequence_by is not None
+    if empty:
+        to_arrow = _zero_rows
+    elif to_arrow is None:
+        to_arrow = _to_arrow
     if not spec.delete_when:
-        return to_arrow(df)
+        return to_arrow(df, ordered)
     try:
-        flagged = to_arrow(df.selectExpr("*", delete_expr(spec.delete_when)))
+        flagged = to_arrow(df.selectExpr("*", delete_expr(spec.delete_when)), ordered)
     except InvalidInputError:
         raise
     except Exception as exc:
@@ -193,12 +223,14 @@ def collect_empty(df: Any, spec: MergeSpec) -> pa.Table:
     return _spark_to_arrow(df, spec, empty=True)
 
 
-def collect(data: object, spec: MergeSpec) -> pa.Table:
+def collect(data: object, spec: MergeSpec, *, to_arrow: SparkToArrow | None = None) -> pa.Table:
     """Turn ``data`` into one Arrow table, adding the delete flag when configured.
 
     Spark DataFrames are collected through Arrow (``DataFrame.toArrow``, no Python
-    row objects). ``delete_when`` is evaluated by Spark SQL: by the DataFrame's own
-    session, or, for Arrow input, by the embedded engine.
+    row objects), or by ``to_arrow`` when given (the embedded engine's
+    :func:`~deltasink.backends.embedded.transfer.engine_arrow`). ``delete_when`` is
+    evaluated by Spark SQL: by the DataFrame's own session, or, for Arrow input, by the
+    embedded engine.
 
     Raises:
         InvalidInputError: Unsupported input type, or a ``delete_when`` that does not
@@ -221,7 +253,7 @@ def collect(data: object, spec: MergeSpec) -> pa.Table:
         _check_names(list(frame.columns))
         if spec.replace_where or spec.target_predicate:
             check_row_predicates(frame, spec, list(frame.columns))
-        return _spark_to_arrow(frame, spec)
+        return _spark_to_arrow(frame, spec, to_arrow=to_arrow)
     raise InvalidInputError(
         "a batch must be a PySpark DataFrame (classic or Spark Connect), a pyarrow.Table, "
         f"RecordBatch or RecordBatchReader; got {type(data).__module__}.{type(data).__name__}."

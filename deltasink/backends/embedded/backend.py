@@ -30,6 +30,7 @@ from .audit import Auditor
 from .maintenance import target_history
 from .staging import Epochs, StagingLog, StagingWriter
 from .target import TargetTable
+from .transfer import engine_arrow
 
 __all__ = ["EmbeddedBackend"]
 
@@ -264,7 +265,10 @@ class EmbeddedBackend:
 
     def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:
         data = prepare(
-            collect(batch, spec), spec, self.target.schema(fresh=False), target=self.target.uri
+            collect(batch, spec, to_arrow=engine_arrow),
+            spec,
+            self.target.schema(fresh=False),
+            target=self.target.uri,
         )
         _faults.point("stage.before_write")
         return data

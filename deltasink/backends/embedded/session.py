@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["embedded_spark", "stop_embedded_spark"]
+__all__ = ["embedded_spark", "serves", "stop_embedded_spark"]
 
 _lock = threading.Lock()
 _server: Any = None
@@ -47,6 +47,20 @@ def embedded_spark(*, quiet: bool = True) -> Any:
             atexit.register(stop_embedded_spark)
         host, port = _server.listening_address
         return SparkSession.builder.remote(f"sc://{host}:{port}").getOrCreate()
+
+
+def serves(session: Any) -> bool:
+    """Whether ``session`` is a Spark Connect session of the embedded engine running in
+    this process (so the engine reads and writes this process's file system)."""
+    server = _server
+    if server is None or not server.running:
+        return False
+    try:
+        endpoint = session.client._builder.endpoint
+    except AttributeError:  # classic PySpark, or a client without a channel builder
+        return False
+    host, port = server.listening_address
+    return bool(endpoint == f"{host}:{port}")
 
 
 def stop_embedded_spark() -> None:
