@@ -11,6 +11,10 @@ __all__ = ["goals", "render"]
 
 Row = list[str]
 
+#: P3's goal per batch size (issue 14: at most 0.6x Sail's own MERGE INTO at 1M rows);
+#: other sizes: no slower than it.
+P3_GOALS = {1_000_000: 0.6}
+
 _SIDES = {
     "sink": "deltasink `sink.write(batch)` (steady-state sink)",
     "sink_first": "deltasink, first write of a new sink (creates staging, claims epoch)",
@@ -108,12 +112,13 @@ def goals(results: dict[str, Any]) -> list[Row]:
             ]
         )
     for case in s.get("p3", []):
+        goal = P3_GOALS.get(case["batch_rows"], 1.0)
         rows.append(
             [
                 f"P3 `sink.write(df)` vs Sail `MERGE INTO`, {fmt_rows(case['batch_rows'])} rows",
-                "≤ 1.0x",
+                f"≤ {goal}x",
                 _x(case["ratio"]),
-                _mark(case["ratio"] <= 1.0),
+                _mark(case["ratio"] <= goal),
             ]
         )
     p4 = s.get("p4", {}).get("sizes", {})
@@ -243,8 +248,9 @@ def _p3(cases: list[dict[str, Any]]) -> str:
                 cell(st["sink"]),
                 cell(st["sail"]),
                 _x(c["ratio"]),
+                cell(st["transfer"]) if "transfer" in st else "-",
+                f"{c['transfer_share']:.0%}" if "transfer_share" in c else "-",
                 cell(st["collect"]),
-                f"{c['collect_share']:.0%}",
                 "equal" if all(c["checks"].values()) else "**DIFFERENT**",
             ]
         )
@@ -253,8 +259,9 @@ def _p3(cases: list[dict[str, Any]]) -> str:
         "deltasink `sink.write(df)`",
         "Sail `MERGE INTO`",
         "deltasink / Sail",
-        "`df.toArrow()` alone",
+        "the rows into Arrow (engine-written Parquet)",
         "share of sink.write",
+        "`df.toArrow()` instead",
         "tables",
     ]
     return _table(header, rows)
