@@ -77,6 +77,8 @@ class Sizes:
     p5_target: int
     p5_batch: int
     p5_runs: int
+    #: P5's further batch sizes (issue 14 states its memory goal at 1M rows too).
+    p5_also: tuple[int, ...] = ()
 
 
 FULL = Sizes(
@@ -94,6 +96,7 @@ FULL = Sizes(
     p5_target=10_000_000,
     p5_batch=5_000_000,
     p5_runs=3,
+    p5_also=(1_000_000,),
 )
 
 QUICK = Sizes(

@@ -140,12 +140,19 @@ def _spawn(name: str, batch: Path, work: Path) -> dict[str, Any]:
 
 
 def run(config: Config) -> dict[str, Any]:
-    """Measure P5: every configuration ``p5_runs`` times, order rotated per round."""
+    """Measure P5 for ``p5_batch`` rows and, under ``"more"``, for each of ``p5_also``."""
+    main = _measure(config, config.sizes.p5_batch)
+    main["more"] = [_measure(config, rows) for rows in config.sizes.p5_also]
+    return main
+
+
+def _measure(config: Config, batch_rows: int) -> dict[str, Any]:
+    """Every configuration ``p5_runs`` times, order rotated per round."""
     import pyarrow.parquet as pq
 
     sizes = config.sizes
     template = target_template(config, sizes.p5_target)
-    batch = parquet_batch(config, sizes.p5_target, sizes.p5_batch, "recent")
+    batch = parquet_batch(config, sizes.p5_target, batch_rows, "recent")
     arrow_bytes = pq.read_table(batch).nbytes
     work = config.scratch / "p5"
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
@@ -157,12 +164,13 @@ def run(config: Config) -> dict[str, Any]:
             results[name].append(result)
             cost = (result["peak_rss"] - result["baseline_rss"]) / 2**20
             log(
-                f"P5 {name} rep {rep + 1}/{sizes.p5_runs}: +{cost:.0f} MiB, {result['seconds']:.1f} s"
+                f"P5 {batch_rows:,} rows {name} rep {rep + 1}/{sizes.p5_runs}: "
+                f"+{cost:.0f} MiB, {result['seconds']:.1f} s"
             )
     remove(work)
     return {
         "target_rows": sizes.p5_target,
-        "batch_rows": sizes.p5_batch,
+        "batch_rows": batch_rows,
         "arrow_bytes": arrow_bytes,
         "parquet_bytes": batch.stat().st_size,
         "runs": results,

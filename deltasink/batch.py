@@ -35,6 +35,7 @@ __all__ = [
     "collect",
     "delete_expr",
     "distinct_ints",
+    "edge_per_key",
     "first_per_key",
     "is_spark_dataframe",
     "prepare",
@@ -448,6 +449,36 @@ def first_per_key(
     if len(firsts) == table.num_rows:
         return table
     return table.take(pc.take(firsts, pc.sort_indices(firsts)))
+
+
+def edge_per_key(table: pa.Table, keys: Sequence[str], *, last: bool) -> pa.Table:
+    """One row per key: the first row of each key in row order, or with ``last`` the
+    last one. Rows keep their original order.
+
+    :func:`first_per_key` with the row order as the only order, in one stable sort by
+    the keys (no tie-break columns, no second sort to restore the order) for key types
+    with exact equality; through :func:`first_per_key` otherwise."""
+    n = table.num_rows
+    keyed = table.select(list(keys))
+    if n == 0:
+        return table
+    if not all(_exact_equality(keyed.schema.field(k).type) for k in keys):
+        if last:
+            return first_per_key(table, keys, [])
+        position = RESERVED_PREFIX + "position"
+        indexed = table.append_column(position, pa.array(np.arange(n, dtype=np.int64)))
+        return first_per_key(indexed, keys, [(position, "ascending")]).drop_columns([position])
+    order = pc.sort_indices(keyed, sort_keys=[(k, "ascending") for k in keys])  # stable
+    starts = _group_starts(keyed.take(order), keys)
+    assert starts is not None  # exact key types
+    edges = np.asarray(starts.to_numpy(zero_copy_only=False), dtype=bool)
+    if last:  # a group's last row is the one before the next group's start
+        edges = np.append(edges[1:], True)
+    if edges.all():
+        return table
+    keep = np.zeros(n, dtype=bool)
+    keep[order.to_numpy()[edges]] = True
+    return table.filter(pa.array(keep))
 
 
 def _exact_equality(column_type: pa.DataType) -> bool:

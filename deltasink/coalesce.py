@@ -6,13 +6,14 @@ and deletes are folded with a guard column the MERGE compares with the target)."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, SortOrder, first_per_key
+from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, SortOrder, edge_per_key, first_per_key
 from deltasink.spec import MergeSpec
 
 __all__ = ["coalesce"]
@@ -56,8 +57,15 @@ def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Tabl
         flags: Any = pc.fill_null(combined.column(DELETE_COLUMN), pa.scalar(False))
         index = combined.column_names.index(DELETE_COLUMN)
         combined = combined.set_column(index, pa.field(DELETE_COLUMN, pa.bool_(), True), flags)
+    # Concatenated in ascending version order with one row per key and version, the
+    # latest version's row of a key is its last row, the earliest version's its first.
+    ascending = all(a < b for (a, _), (b, _) in pairwise(staged))
     if spec.mode == "upsert" and spec.sequence_by and DELETE_COLUMN in combined.column_names:
         combined = _fold_with_deletes(combined, spec.keys, spec.sequence_by)
+    elif spec.mode == "upsert" and not spec.sequence_by and ascending:
+        combined = edge_per_key(combined, spec.keys, last=True)
+    elif spec.mode == "insert" and ascending:
+        combined = edge_per_key(combined, spec.keys, last=False)
     elif spec.mode == "upsert":
         order: list[tuple[str, SortOrder]] = (
             [(spec.sequence_by, "descending")] if spec.sequence_by else []

@@ -149,6 +149,62 @@ def test_the_first_row_per_key_from_group_starts_agrees_with_the_hash_aggregatio
     assert fast.num_rows == len(distinct)
 
 
+@settings(max_examples=300, deadline=None)
+@given(keyed_tables(), st.booleans())
+def test_the_first_or_last_row_per_key_in_row_order_agrees_with_first_per_key(
+    case: tuple[pa.Table, list[str]], last: bool
+) -> None:
+    # The coalescing fast path (one stable sort by the keys) keeps the rows the general
+    # one keeps with the row order as the only order: ties to the later row for the
+    # last, a row index ascending for the first.
+    from deltasink import batch as batch_module
+
+    table, keys = case
+    fast = batch_module.edge_per_key(table, keys, last=last)
+    if last:
+        general = batch_module.first_per_key(table, keys, [])
+    else:
+        indexed = table.append_column("i", pa.array(range(table.num_rows), pa.int64()))
+        general = batch_module.first_per_key(indexed, keys, [("i", "ascending")]).drop_columns(
+            ["i"]
+        )
+    assert fast.to_pylist() == general.to_pylist()
+
+
+def test_a_coalesced_upsert_keeps_each_key_s_latest_version_and_insert_its_earliest() -> None:
+    from deltasink.coalesce import coalesce
+
+    versions = [
+        (3, pa.table({"id": [1, 2, None], "v": ["a3", "b3", "n3"]})),
+        (4, pa.table({"id": [2, None, 5], "v": ["b4", "n4", "e4"]})),
+        (7, pa.table({"id": [5, 1], "v": ["e7", "a7"]})),
+    ]
+    upsert = coalesce(versions, MergeSpec(keys=["id"]))
+    insert = coalesce(versions, MergeSpec(keys=["id"], mode="insert"))
+    assert sorted(upsert.to_pylist(), key=str) == sorted(
+        [
+            {"id": 2, "v": "b4"},
+            {"id": None, "v": "n4"},
+            {"id": 5, "v": "e7"},
+            {"id": 1, "v": "a7"},
+        ],
+        key=str,
+    )
+    assert sorted(insert.to_pylist(), key=str) == sorted(
+        [
+            {"id": 1, "v": "a3"},
+            {"id": 2, "v": "b3"},
+            {"id": None, "v": "n3"},
+            {"id": 5, "v": "e4"},
+        ],
+        key=str,
+    )
+    # Out of order (not a call the core makes) the general path decides the same.
+    assert sorted(coalesce(versions[::-1], MergeSpec(keys=["id"])).to_pylist(), key=str) == (
+        sorted(upsert.to_pylist(), key=str)
+    )
+
+
 def test_float_keys_take_the_hash_aggregation() -> None:
     from deltasink.batch import first_per_key
 
@@ -156,6 +212,15 @@ def test_float_keys_take_the_hash_aggregation() -> None:
     table = pa.table({"k": [nan, 1.0, nan, 1.0], "v": [1, 2, 3, 4]})
     kept = first_per_key(table, ["k"], [("v", "descending")])
     assert kept.column("v").to_pylist() == [3, 4]  # one NaN key, as the grouping has it
+
+
+def test_float_keys_take_the_general_path_for_the_first_or_last_row() -> None:
+    from deltasink.batch import edge_per_key
+
+    nan = float("nan")
+    table = pa.table({"k": [nan, 1.0, nan, 1.0], "v": [1, 2, 3, 4]})
+    assert edge_per_key(table, ["k"], last=True).column("v").to_pylist() == [3, 4]
+    assert edge_per_key(table, ["k"], last=False).column("v").to_pylist() == [1, 2]
 
 
 def test_duplicate_integer_keys_are_refused_with_the_usual_message() -> None:
@@ -742,3 +807,67 @@ def test_the_staging_log_keeps_ten_minutes_and_older_tables_move_to_it(target: s
     config = DeltaTable(sink.staging).metadata().configuration
     assert config["delta.logRetentionDuration"] == "interval 7 days"
     assert support.marker(target, "job") == 0
+
+
+def _staged_files(target: str) -> dict[int, Path]:
+    files = Path(target + "_deltasink_staging").rglob("*.parquet")
+    return {int(f.parent.name.split("=")[1]): f for f in files}
+
+
+def test_a_commit_takes_the_versions_this_sink_staged_from_memory(target: str) -> None:
+    """The versions a sink pre-committed are committed from memory: with their staged
+    files gone from storage, the commit still writes exactly their rows."""
+    sink = DeltaSink(target, "cache", MergeSpec(keys=["id"]))
+    for version in range(3):
+        sink.pre_commit(pa.table({"id": [version, version + 1], "v": [f"v{version}"] * 2}), version)
+    files = _staged_files(target)
+    assert sorted(files) == [0, 1, 2]
+    for path in files.values():
+        path.unlink()
+    report = sink.commit(2)
+    assert report.committed_version == 2
+    assert support.rows(target) == [
+        {"id": 0, "v": "v0"},
+        {"id": 1, "v": "v1"},
+        {"id": 2, "v": "v2"},
+        {"id": 3, "v": "v2"},
+    ]
+    assert support.marker(target, "cache") == 2
+
+
+def test_versions_beyond_the_memory_budget_are_read_from_storage(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the newest staged batch is kept when the budget is spent: the older ones
+    are read back, so a lost file of one of them fails the commit, naming it."""
+    from deltasink.backends.embedded import cache
+    from deltasink.errors import StorageError
+
+    monkeypatch.setattr(cache, "DEFAULT_BUDGET", 0)
+    sink = DeltaSink(target, "cache", MergeSpec(keys=["id"]))
+    for version in range(3):
+        sink.pre_commit(pa.table({"id": [version], "v": [f"v{version}"]}), version)
+    _staged_files(target)[0].unlink()
+    with pytest.raises(CommitError, match=r"the staged data of version 0 .* cannot be read") as err:
+        sink.commit(2)
+    assert isinstance(err.value.__cause__, StorageError)
+    assert not support.exists(target) or support.marker(target, "cache") is None
+
+
+def test_the_staged_cache_keeps_the_newest_and_what_fits() -> None:
+    from deltasink.backends.embedded.cache import StagedCache
+
+    tables = {v: pa.table({"x": pa.array(range(1000), pa.int64())}) for v in range(4)}
+    size = tables[0].nbytes
+    kept = StagedCache(budget=2 * size)
+    for version, table in tables.items():
+        kept.put(version, table)
+    assert [v for v in range(4) if v in kept] == [1, 2, 3]  # the newest plus two that fit
+    kept.put(1, tables[1])  # re-staged: now the newest
+    kept.put(4, pa.table({"x": pa.array(range(10_000), pa.int64())}))  # larger than the budget
+    assert [v for v in range(5) if v in kept] == [1, 3, 4]
+    kept.drop([3, 4])
+    assert kept.get(1) is tables[1]
+    assert kept.get(3) is None
+    kept.clear()
+    assert 1 not in kept

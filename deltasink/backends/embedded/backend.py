@@ -27,6 +27,7 @@ from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 
 from .audit import Auditor
+from .cache import StagedCache
 from .maintenance import target_history
 from .staging import Epochs, StagingLog, StagingWriter
 from .target import TargetTable
@@ -90,8 +91,9 @@ class EmbeddedBackend:
         )
         self._epoch: int | None = None
         self._guard = MarkGuard(app_id, target.uri)
-        # The last staged batch, kept so that write() publishes without re-reading it.
-        self._last: tuple[int, pa.Table] | None = None
+        # The batches staged here, kept so that write() publishes the one it just
+        # validated, and commit() the ones pre-committed before it, without reading them.
+        self._staged = StagedCache()
         # The highest publish intent this backend recorded, and the version write() is
         # about to stage and publish (its stage commit carries the intent).
         self._intent: int | None = None
@@ -148,7 +150,7 @@ class EmbeddedBackend:
                 self.log.uri,
             )
             self._epoch = None
-            self._last = None
+            self._staged.clear()
         spec = self._spec or self.log.recorded_spec()
         self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
         return self._epoch
@@ -210,11 +212,11 @@ class EmbeddedBackend:
         staged = self.writer.append(version, data, epoch=epoch, verified=True, intent=intent)
         if intent:
             self._intent = version
-        self._last = (version, data)
+        self._staged.put(version, data)
         return staged
 
     def audit_prepared(self, prepared: Prepared) -> str | None:
-        self._last = (prepared.version, prepared.payload)
+        self._staged.put(prepared.version, prepared.payload)
         staged = StagedVersion(prepared.version, prepared.rows, datetime.now(timezone.utc))
         return self._auditor.audit(staged)
 
@@ -240,7 +242,7 @@ class EmbeddedBackend:
             metadata={"deltasink.staging": self.log.uri, "deltasink.rows": prepared.rows},
             before_attempt=self._fence,
         )
-        self._last = None
+        self._staged.drop([version])
         record_mark_softly(
             lambda: self.writer.record_mark(version, epoch=epoch, verified=True),
             app_id=self.app_id,
@@ -274,9 +276,8 @@ class EmbeddedBackend:
         return data
 
     def _data(self, version: int) -> pa.Table:
-        if self._last is not None and self._last[0] == version:
-            return self._last[1]
-        return self.log.read(version)
+        kept = self._staged.get(version)
+        return kept if kept is not None else self.log.read(version)
 
     def publish(self, staged: StagedVersion) -> CommitResult:
         self._guard.check_publish(staged.version)
@@ -289,7 +290,7 @@ class EmbeddedBackend:
             metadata={"deltasink.staging": self.log.uri, "deltasink.rows": staged.rows},
             before_attempt=self._fence,
         )
-        self._last = None
+        self._staged.drop([staged.version])
         return result
 
     def can_coalesce(self) -> bool:
@@ -299,7 +300,7 @@ class EmbeddedBackend:
         self._guard.check_publish(staged[0].version)
         self._announce(staged[-1].version)
         spec = self.spec_for_staged()
-        cached = {self._last[0]: self._last[1]} if self._last is not None else {}
+        cached = {s.version: t for s in staged if (t := self._staged.get(s.version)) is not None}
         missing = [s.version for s in staged if s.version not in cached]
         cached.update(self.log.read_many(missing, fresh=False) if missing else {})
         tables = [(s.version, cached[s.version]) for s in staged]
@@ -326,13 +327,12 @@ class EmbeddedBackend:
             },
             before_attempt=self._fence,
         )
-        self._last = None
+        self._staged.drop(s.version for s in staged)
         return replace(result, rows=sum(s.rows for s in staged))
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
+        self._staged.drop(versions)
         self.writer.drop(versions, reason=reason, epoch=self._fence(), verified=True)
-        if self._last is not None and self._last[0] in versions:
-            self._last = None
 
     # -- status ---------------------------------------------------------------------
 
@@ -354,6 +354,7 @@ class EmbeddedBackend:
         data = self._prepare(batch, self.spec_for_staged())
         epoch = self._fence(data.schema)
         assert epoch is not None
+        self._staged.drop([version])  # whatever happens next, never the old rows
         staged = self.writer.replace(version, data, epoch=epoch)
-        self._last = (version, data)
+        self._staged.put(version, data)
         return staged

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
@@ -68,6 +69,7 @@ class StagingLog:
         # order (their commit ids): see only_own_commits_since().
         self._own_base: int | None = None
         self._own: list[str] = []
+        self._own_markers: set[str] = set()  # the txn app ids those commits carry
 
     def open(self, *, fresh: bool = True) -> DeltaTable | None:
         """The staging table, or ``None`` if not created yet.
@@ -88,12 +90,21 @@ class StagingLog:
         self._table = table
         return table
 
-    def note_own_commit(self, base: int, commit_id: str) -> None:
+    def note_own_commit(self, base: int, commit_id: str, marker: str) -> None:
         """Record that this sink made a commit without data or metadata (carrying
         ``commit_id`` in its commit info) on the snapshot at version ``base``."""
         if self._own_base != base:
-            self._own_base, self._own = base, []
+            self._own_base, self._own, self._own_markers = base, [], set()
         self._own.append(commit_id)
+        self._own_markers.add(marker)
+
+    def own_commit_ahead(self, marker: str) -> bool:
+        """Whether this sink made a commit carrying ``txn(marker, ...)``
+        (:meth:`note_own_commit`) after the state held, which that state lacks."""
+        table = self._table
+        return (
+            marker in self._own_markers and table is not None and table.version() == self._own_base
+        )
 
     def only_own_commits_since(self) -> bool:
         """Whether every commit after the snapshot held is one this sink made without
@@ -180,20 +191,32 @@ class StagingLog:
         if table is None:
             raise FileNotFoundError(f"staging table {self.uri} does not exist")
         actions = pa.table(table.get_add_actions(flatten=True)).select(
-            [f"partition.{VERSION_COLUMN}", "path"]
+            [f"partition.{VERSION_COLUMN}", "path", "size_bytes"]
         )
         paths: dict[int, list[str]] = {}
+        sizes: dict[int, int] = {}
         for row in actions.to_pylist():
-            paths.setdefault(int(row[f"partition.{VERSION_COLUMN}"]), []).append(str(row["path"]))
+            version = int(row[f"partition.{VERSION_COLUMN}"])
+            paths.setdefault(version, []).append(str(row["path"]))
+            sizes[version] = sizes.get(version, 0) + int(row["size_bytes"] or 0)
         for version in versions:
             if version not in paths:
                 raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
         filesystem = self.filesystem()
 
+        many = len(versions) > 1
+        local = is_local(self.uri)
+
         def read(version: int) -> pa.Table:
+            files = paths[version]
             try:
-                dataset = ds.dataset(paths[version], filesystem=filesystem, format="parquet")
-                data = dataset.to_table()
+                if many and local and len(files) == 1 and sizes[version] <= _SMALL_VERSION:
+                    # One of many small versions: one plain file read, on this thread.
+                    with filesystem.open_input_file(files[0]) as source:
+                        data = pq.ParquetFile(source, pre_buffer=False).read(use_threads=False)
+                else:
+                    dataset = ds.dataset(files, filesystem=filesystem, format="parquet")
+                    data = dataset.to_table()
             except OSError as exc:
                 raise StorageError(
                     f"the staged data of version {version} in {self.uri} cannot be read "
@@ -209,10 +232,12 @@ class StagingLog:
                 data = data.drop_columns([VERSION_COLUMN])
             return data
 
-        if len(versions) < 2:
+        if not many or local:
+            # Local files: serial single-file reads beat a thread pool of datasets
+            # (100 staged 1k-row versions: 15 ms against 44 ms), whose set-up dominates.
             return {v: read(v) for v in versions}
-        # Many small versions (a coalesced commit): read side by side; pyarrow's reads
-        # release the GIL, one dataset per version keeps each version's own schema.
+        # Remote storage: many small versions side by side, the reads release the GIL;
+        # one read per version keeps each version's own schema.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
             return dict(zip(versions, pool.map(read, versions), strict=True))
 
@@ -225,6 +250,11 @@ class StagingLog:
             else:
                 self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self.options))
         return self._fs
+
+
+#: A staged version up to this size (one file) is read on the calling thread when
+#: several are read together: a plain file read costs less than a dataset's set-up.
+_SMALL_VERSION = 8 << 20
 
 
 def props(table: DeltaTable) -> dict[str, str]:

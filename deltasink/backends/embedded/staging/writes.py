@@ -129,7 +129,7 @@ class StagingWriter:
                 version=version,
             )
         _evolve(table, data.schema)
-        removes = _removes(table, version) if replace else []
+        removes = _removes(table, [version]) if replace else []
         relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.parquet"
         fs = log.filesystem()
         fs.create_dir(relative.rsplit("/", 1)[0], recursive=True)
@@ -206,7 +206,6 @@ class StagingWriter:
                 self.set_quarantine(version, None, epoch=epoch)
             table = log.open()
             assert table is not None
-        listed = ", ".join(str(v) for v in sorted(versions))
         properties = commit_properties(
             app_id=log.app_id,
             version=None,
@@ -221,11 +220,12 @@ class StagingWriter:
                     last_updated=now_ms(),
                 )
             ]
-        table.delete(
-            f"{VERSION_COLUMN} IN ({listed})",
-            commit_properties=properties,
-            post_commithook_properties=post_commit_hooks(table),
-        )
+        # The files of a partition, removed by one commit of their remove actions: a
+        # DELETE by partition predicate does the same, after planning a scan. The
+        # table object then reads that commit, as a DELETE would have updated it: a
+        # later commit made on this state must not see its own removes as a conflict.
+        log_commit(table, _removes(table, versions), properties)
+        table.update_incremental()
 
     # -- records ---------------------------------------------------------------------
 
@@ -269,6 +269,14 @@ class StagingWriter:
         table = self.epochs.check(epoch, fresh=not verified)
         if table is None:
             return
+        if self.log.own_commit_ahead(marker):
+            # This sink's earlier commit of the same marker is not in the state held: a
+            # commit on it would conflict with that one (the same txn app id). Read it
+            # (and whatever else came since), then check the epoch in what was read.
+            table.update_incremental()
+            table = self.epochs.check(epoch, fresh=False)
+            if table is None:
+                return
         commit_id = uuid.uuid4().hex
         properties = commit_properties(
             app_id=self.log.app_id,
@@ -284,7 +292,7 @@ class StagingWriter:
             # commit without data: the usual one is a newer writer's claim.
             self.epochs.check(epoch)
             raise
-        self.log.note_own_commit(table.version(), commit_id)
+        self.log.note_own_commit(table.version(), commit_id, marker)
 
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
@@ -334,10 +342,11 @@ def _evolve(table: DeltaTable, schema: pa.Schema) -> None:
         table.alter.add_columns([Field.from_arrow(f) for f in new])
 
 
-def _removes(table: DeltaTable, version: int) -> list[RemoveAction]:
-    """Remove actions for every file of ``version`` in ``table``'s snapshot."""
+def _removes(table: DeltaTable, versions: Sequence[int]) -> list[RemoveAction]:
+    """Remove actions for every file of ``versions`` in ``table``'s snapshot."""
     actions = pa.table(table.get_add_actions(flatten=True))
-    mask = pc.equal(actions.column(f"partition.{VERSION_COLUMN}"), pa.scalar(version, pa.int64()))
+    partition = f"partition.{VERSION_COLUMN}"
+    mask = pc.is_in(actions.column(partition), pa.array(list(versions), pa.int64()))
     stamp = now_ms()
     return [
         RemoveAction(
@@ -345,9 +354,9 @@ def _removes(table: DeltaTable, version: int) -> list[RemoveAction]:
             True,
             stamp,
             size=row["size_bytes"],
-            partition_values={VERSION_COLUMN: str(version)},
+            partition_values={VERSION_COLUMN: str(row[partition])},
         )
-        for row in actions.filter(mask).select(["path", "size_bytes"]).to_pylist()
+        for row in actions.filter(mask).select(["path", "size_bytes", partition]).to_pylist()
     ]
 
 
