@@ -787,6 +787,29 @@ def test_expired_logs_are_still_cleaned_around_checkpoints(target: str) -> None:
     assert support.marker(target, "cleanup") == 8
 
 
+def test_the_staging_log_is_cleaned_around_its_checkpoints_by_direct_writes(
+    target: str,
+) -> None:
+    """A direct write makes two staging commits on one state read (the intent, then
+    the mark): the clean-up must still come with the commit that writes a checkpoint,
+    whichever of the two it is, so the staging log stays short."""
+    sink = DeltaSink(target, "short", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [0], "v": ["a"]}), 0)
+    DeltaTable(sink.staging).alter.set_table_properties(
+        {"delta.checkpointInterval": "4", "delta.logRetentionDuration": "interval 0 seconds"}
+    )
+    for version in range(1, 21):
+        sink.write(pa.table({"id": [version % 3], "v": [f"v{version}"]}), version)
+    log = Path(sink.staging) / "_delta_log"
+    commits = sorted(int(p.name[:20]) for p in log.glob("*.json"))
+    checkpoints = sorted(int(p.name[:20]) for p in log.glob("*.checkpoint.parquet"))
+    assert checkpoints  # checkpoints were written ...
+    assert commits[0] >= checkpoints[-1] - 4  # ... and the commits before them removed
+    assert len(commits) <= 8
+    assert DeltaTable(sink.staging).transaction_version("short#committed") == 20
+    assert support.marker(target, "short") == 20
+
+
 def test_the_staging_log_keeps_ten_minutes_and_older_tables_move_to_it(target: str) -> None:
     sink = DeltaSink(target, "job", MergeSpec(keys=["id"]))
     sink.write(pa.table({"id": [1], "v": ["a"]}), 0)

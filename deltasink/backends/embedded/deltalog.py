@@ -203,7 +203,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def post_commit_hooks(table: DeltaTable) -> PostCommitHookProperties:
+def post_commit_hooks(table: DeltaTable, *, ahead: int = 0) -> PostCommitHookProperties:
     """Post-commit hooks for the next commit to ``table``: checkpoints as the table
     configures them, and expired-log clean-up only around a checkpoint.
 
@@ -213,6 +213,10 @@ def post_commit_hooks(table: DeltaTable) -> PostCommitHookProperties:
     latest checkpoint anyway, so doing it when a checkpoint is written, as Delta on
     Spark does, removes the same files. ``delta.enableExpiredLogCleanup=false`` is
     honoured.
+
+    Args:
+        ahead: Commits known to exist after the state ``table`` holds (this sink's
+            own, made on that state): the next commit lands that much later.
     """
     config = table.metadata().configuration
     try:
@@ -221,8 +225,9 @@ def post_commit_hooks(table: DeltaTable) -> PostCommitHookProperties:
         interval = 100
     enabled = config.get("delta.enableExpiredLogCleanup", "true").strip().lower() != "false"
     # delta-rs checkpoints the version v with (v + 1) % interval == 0; the next commit
-    # is table.version() + 1 (another writer may take it: clean-up then waits a round).
-    due = (table.version() + 2) % interval == 0
+    # is table.version() + ahead + 1 (another writer may take it: clean-up then waits
+    # a round).
+    due = (table.version() + ahead + 2) % interval == 0
     return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=enabled and due)
 
 

@@ -98,6 +98,13 @@ class StagingLog:
         self._own.append(commit_id)
         self._own_markers.add(marker)
 
+    def own_commits_ahead(self) -> int:
+        """How many commits this sink made (:meth:`note_own_commit`) after the state
+        held."""
+        table = self._table
+        held = table is not None and table.version() == self._own_base
+        return len(self._own) if held else 0
+
     def own_commit_ahead(self, marker: str) -> bool:
         """Whether this sink made a commit carrying ``txn(marker, ...)``
         (:meth:`note_own_commit`) after the state held, which that state lacks."""

@@ -163,6 +163,7 @@ class StagingWriter:
                         "deltasink.epoch": epoch,
                     },
                 ),
+                ahead=log.own_commits_ahead(),
             )
         except CommitFailedError:
             _remove_orphan(fs, relative)
@@ -224,7 +225,7 @@ class StagingWriter:
         # DELETE by partition predicate does the same, after planning a scan. The
         # table object then reads that commit, as a DELETE would have updated it: a
         # later commit made on this state must not see its own removes as a conflict.
-        log_commit(table, _removes(table, versions), properties)
+        log_commit(table, _removes(table, versions), properties, ahead=log.own_commits_ahead())
         table.update_incremental()
 
     # -- records ---------------------------------------------------------------------
@@ -286,7 +287,7 @@ class StagingWriter:
             extra={"deltasink.epoch": epoch, "deltasink.commitId": commit_id},
         )
         try:
-            log_commit(table, [], properties)
+            log_commit(table, [], properties, ahead=self.log.own_commits_ahead())
         except CommitFailedError:
             # Only a metadata (or protocol) change since the state read fails a
             # commit without data: the usual one is a newer writer's claim.
@@ -368,14 +369,19 @@ def _remove_orphan(fs: pafs.FileSystem, relative: str) -> None:
 
 
 def log_commit(
-    table: DeltaTable, actions: Sequence[AddAction | RemoveAction], props: CommitProperties
+    table: DeltaTable,
+    actions: Sequence[AddAction | RemoveAction],
+    props: CommitProperties,
+    *,
+    ahead: int = 0,
 ) -> None:
-    """Commit ``actions`` (possibly none: markers only) to the staging log as written."""
+    """Commit ``actions`` (possibly none: markers only) to the staging log as written
+    (``ahead``: this sink's commits made after the state ``table`` holds)."""
     table.create_write_transaction(
         list(actions),
         mode="append",
         schema=DeltaSchema.from_arrow(arrow_schema(table)),
         partition_by=[VERSION_COLUMN],
-        post_commithook_properties=post_commit_hooks(table),
+        post_commithook_properties=post_commit_hooks(table, ahead=ahead),
         commit_properties=props,
     )
