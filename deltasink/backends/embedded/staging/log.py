@@ -108,10 +108,7 @@ class StagingLog:
     def own_commit_ahead(self, marker: str) -> bool:
         """Whether this sink made a commit carrying ``txn(marker, ...)``
         (:meth:`note_own_commit`) after the state held, which that state lacks."""
-        table = self._table
-        return (
-            marker in self._own_markers and table is not None and table.version() == self._own_base
-        )
+        return marker in self._own_markers and self.own_commits_ahead() > 0
 
     def only_own_commits_since(self) -> bool:
         """Whether every commit after the snapshot held is one this sink made without
