@@ -16,7 +16,6 @@ Exit codes:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,9 +38,10 @@ from deltasink.errors import (
     QuarantinedError,
     UnverifiableChecksError,
 )
-from deltasink.locations import STAGING_SUFFIX, is_catalog_name, is_local, normalize_uri
+from deltasink.locations import is_catalog_name
 from deltasink.protocol import CommitReport
 from deltasink.sink import DeltaSink
+from deltasink.status import require_writer, writers_of
 
 __all__ = ["app", "main"]
 
@@ -193,26 +193,8 @@ def _known(
             "nothing pending").
     """
     sink = _sink(target, app_id, staging, storage, **options)
-    st = sink.status()
-    if st.committed_version is not None or st.merge is not None:
-        return sink
-    found = _discover_apps(target)
-    hint = f" Writers found for this target: {', '.join(found)}." if found else ""
-    where = "exists" if st.target_exists else "does not exist"
-    raise ConfigurationError(
-        f"no writer {app_id!r} on {target}: the target {where}, holds no txn marker of "
-        f"that app, and there is no staging table at {st.staging}.{hint} Check the path, "
-        "--app, and --staging if the job sets one.",
-        table=target,
-        app_id=app_id,
-    )
-
-
-def _discover_apps(target: str) -> list[str]:
-    root = normalize_uri(target) + STAGING_SUFFIX
-    if not is_local(root) or not os.path.isdir(root):
-        return []
-    return sorted(e.name for e in os.scandir(root) if e.is_dir())
+    require_writer(sink.status())
+    return sink
 
 
 def _print_report(report: CommitReport, verb: str) -> None:
@@ -239,7 +221,7 @@ def status(
     Exits 3 when the writer does not exist, 6 when a version is quarantined.
     """
     with _errors(as_json):
-        apps = [app_id] if app_id else _discover_apps(target)
+        apps = [app_id] if app_id else writers_of(target)
         if not apps:
             raise ConfigurationError(
                 f"no deltasink writer found for {target}; pass --app APP (and --staging if "

@@ -4,14 +4,17 @@ it (and the CLI prints it)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from deltasink.committables import StagedVersion
+from deltasink.errors import ConfigurationError
+from deltasink.locations import STAGING_SUFFIX, is_local, normalize_uri
 from deltasink.spec import MergeSpec
 
-__all__ = ["SinkStatus", "json_spec"]
+__all__ = ["SinkStatus", "json_spec", "require_writer", "writers_of"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,12 @@ class SinkStatus:
     merge: MergeSpec | None = None
     quarantined: dict[int, str] = field(default_factory=dict)
 
+    @property
+    def writer_exists(self) -> bool:
+        """Whether this writer exists: the target holds its ``txn`` marker or its staging
+        table records a MergeSpec. ``False`` for a mistyped path or app id."""
+        return self.committed_version is not None or self.merge is not None
+
     def to_dict(self, *, now: datetime | None = None) -> dict[str, Any]:
         """A JSON-ready dict (the CLI's ``--json`` output)."""
         now = now or datetime.now(timezone.utc)
@@ -79,3 +88,36 @@ def json_spec(spec: MergeSpec) -> dict[str, Any]:
     """A MergeSpec as a plain dict."""
     data: dict[str, Any] = json.loads(spec.to_json())
     return data
+
+
+def writers_of(target: str) -> list[str]:
+    """The app ids with a default staging table next to ``target``, sorted (local
+    targets only: on an object store, or with a staging location of the job's own,
+    nothing is listed)."""
+    root = normalize_uri(target) + STAGING_SUFFIX
+    if not is_local(root) or not os.path.isdir(root):
+        return []
+    return sorted(e.name for e in os.scandir(root) if e.is_dir())
+
+
+def require_writer(st: SinkStatus) -> None:
+    """Refuse a writer that does not exist, so that a mistyped path or app id never
+    reads as "healthy, nothing pending" (the CLI and jobs/maintenance.py call it).
+
+    Raises:
+        ConfigurationError: Neither the target's log holds a ``txn`` marker of
+            ``st.app_id`` nor does its staging table exist; the message names the
+            writers found for the target.
+    """
+    if st.writer_exists:
+        return
+    found = writers_of(st.target)
+    hint = f" Writers found for this target: {', '.join(found)}." if found else ""
+    where = "exists" if st.target_exists else "does not exist"
+    raise ConfigurationError(
+        f"no writer {st.app_id!r} on {st.target}: the target {where}, holds no txn marker "
+        f"of that app, and there is no staging table at {st.staging}.{hint} Check the "
+        "path, the app id, and the staging location if the job sets one.",
+        table=st.target,
+        app_id=st.app_id,
+    )

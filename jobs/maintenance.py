@@ -21,7 +21,8 @@ Exit codes (the most severe over all app ids):
   0  healthy: nothing pending, or only young pending versions of a live writer
   1  unexpected error (traceback)
   2  usage error
-  3  configuration error (not a Delta table, staging of another target/app, ...)
+  3  configuration error (not a Delta table, staging of another target/app, no such
+     target or writer: a mistyped --target or --app-id names the writers found, ...)
   4  a commit failed during recover: the versions stay staged; fix the cause, re-run
   6  needs attention: a version is quarantined (a pre-commit check failed: abort or
      re-stage it, see docs/runbook.md), or was abandoned (``--abandon-after-timeout``:
@@ -64,6 +65,7 @@ from deltasink import (
     MergeSpec,
     SinkStatus,
 )
+from deltasink.status import require_writer
 
 EXIT_OK, EXIT_CONFIG, EXIT_COMMIT, EXIT_ATTENTION, EXIT_FENCED = 0, 3, 4, 6, 7
 RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
@@ -129,6 +131,7 @@ def maintain(target: str, app_id: str, args: argparse.Namespace, spark: Any) -> 
     )
     now = time.time()
     st = sink.status()
+    require_writer(st)  # a mistyped --target or --app-id is not "healthy": exit 3
     print_status(st, now)
     try:
         retention = txn_retention(sink, spark) if st.target_exists else None

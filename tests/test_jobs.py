@@ -318,6 +318,29 @@ def test_maintenance_configuration_error(tmp_path: Path) -> None:
     assert "RESULT app=x exit=3" in result.stdout
 
 
+def test_maintenance_refuses_a_writer_that_does_not_exist(tmp_path: Path) -> None:
+    demo = run("maintenance.py", "--lake", str(tmp_path), "--no-gc")
+    assert demo.returncode == 0, demo.stderr
+    target = str(tmp_path / "silver" / "orders")
+    # A mistyped app id on an existing target: exit 3, naming the writers there are.
+    typo = run("maintenance.py", "--target", target, "--app-id", "orders-demo-writr")
+    assert typo.returncode == 3, typo.stdout
+    assert "RESULT app=orders-demo-writr exit=3" in typo.stdout
+    assert "  configuration error: no writer 'orders-demo-writr' on " in typo.stderr
+    assert "the target exists" in typo.stderr
+    assert "Writers found for this target: orders-demo-writer." in typo.stderr
+    assert "recover:" not in typo.stdout  # nothing was reported as healthy
+    # A mistyped target: exit 3, and nothing is created there.
+    missing = tmp_path / "nowhere" / "orders"
+    gone = run("maintenance.py", "--target", str(missing), "--app-id", "orders-demo-writer")
+    assert gone.returncode == 3, gone.stdout
+    assert "the target does not exist" in gone.stderr
+    assert not missing.parent.exists()
+    # The real writer is untouched (the demo recovered its version 1).
+    assert support.marker(target, "orders-demo-writer") == 1
+    assert [r["order_id"] for r in support.rows(target, sort_by="order_id")] == [1, 2, 3]
+
+
 # -- databricks.yml ------------------------------------------------------------------------
 
 
