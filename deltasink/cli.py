@@ -8,7 +8,7 @@ Exit codes:
     2  usage error (bad arguments)
     3  configuration error (not a Delta table, staging of another app, no MergeSpec)
     4  commit failed (the job's versions stay staged; fix the cause, run recover again)
-    5  refused (e.g. aborting a version that is already committed)
+    5  refused (e.g. aborting a version that is already committed, or not staged)
     6  stopped at a quarantined version (a pre-commit check failed; abort or re-stage it)
     7  fenced (another live writer with the same app_id holds the staging table)
 """
@@ -54,6 +54,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: it wraps at any terminal width and never truncates an option
+    # name (rich's help panels cut --skip-unverifiable-checks at 80 columns).
+    rich_markup_mode=None,
 )
 out = Console()
 err = Console(stderr=True)
@@ -319,24 +322,37 @@ def abort(
     storage_option: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Drop staged, uncommitted versions without committing them."""
+    """Drop staged, uncommitted versions without committing them.
+
+    Exits 5 when a version is not staged (never staged, or already aborted: a mistyped
+    version must not read as done); the other versions given are still aborted.
+    """
     with _errors(as_json):
         sink = _known(target, app_id, staging, storage_option)
         dropped = {v: sink.abort(v) for v in versions}
+        not_staged = [v for v, done in dropped.items() if not done]
+        st = sink.status() if not_staged else None
     if as_json:
         out.print_json(
             json.dumps(
                 {
                     "aborted": [v for v, d in dropped.items() if d],
-                    "not_staged": [v for v, d in dropped.items() if not d],
+                    "not_staged": not_staged,
                 }
             )
         )
-        return
-    for version, done in dropped.items():
-        out.print(
-            f"version {version}: " + ("aborted" if done else "[dim]not staged, nothing to do[/]")
-        )
+    else:
+        for version in (v for v, done in dropped.items() if done):
+            out.print(f"version {version}: aborted")
+        if st is not None:
+            err.print(
+                f"[bold red]not staged[/]: version(s) {not_staged} of app {sink.app_id!r}: "
+                f"nothing to abort (pending versions {st.pending_versions}, committed "
+                f"version {st.committed_version}).",
+                highlight=False,
+            )
+    if not_staged:
+        raise typer.Exit(EXIT_REFUSED)
 
 
 @app.command()
@@ -391,7 +407,8 @@ def gc(
     staging: StagingOpt = None,
     storage_option: StorageOpt = None,
     retention_hours: Annotated[
-        float, typer.Option("--retention-hours", help="Keep unreferenced files this long.")
+        float,
+        typer.Option("--retention-hours", min=0, help="Keep unreferenced files this long."),
     ] = 168.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
     as_json: JsonOpt = False,
@@ -409,8 +426,8 @@ def gc(
         return
     verb = "would remove" if result.dry_run else "removed"
     out.print(f"{verb} {len(result.files)} file(s) older than {retention_hours:g} h")
-    for path in result.files[:20]:
-        out.print(f"  [dim]{path}[/]")
+    for path in result.files[:20]:  # whole, never wrapped: they are copied and pasted
+        out.print(f"  {path}", style="dim", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("version")

@@ -28,8 +28,8 @@ def age(ts: datetime, now: datetime) -> str:
 def status_table(status: SinkStatus, now: datetime) -> Table:
     """The writer's state, one field per row."""
     table = Table(title=f"app [bold]{status.app_id}[/] → {status.target}", title_justify="left")
-    table.add_column("field", style="dim")
-    table.add_column("value")
+    table.add_column("field", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")  # a long path wraps, never cut to "o…"
     table.add_row("engine", f"{status.engine} [dim]({status.engine_reason})[/]")
     table.add_row("staging", status.staging)
     table.add_row(

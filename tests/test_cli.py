@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,13 +88,35 @@ def test_recover_human_output(job: DeltaSink) -> None:
 
 
 def test_abort(job: DeltaSink) -> None:
-    code, output = invoke("abort", job.target, "2", "7", "--app", "orders", "--json")
+    code, output = invoke("abort", job.target, "2", "--app", "orders", "--json")
     assert code == 0
-    assert json.loads(output) == {"aborted": [2], "not_staged": [7]}
+    assert json.loads(output) == {"aborted": [2], "not_staged": []}
     assert job.status().pending_versions == [1]
     code, output = invoke("abort", job.target, "0", "--app", "orders")
     assert code == EXIT_REFUSED
     assert "AlreadyCommittedError" in output
+
+
+def test_abort_of_a_version_that_is_not_staged_is_refused(job: DeltaSink) -> None:
+    # A mistyped version: exit 5 saying so, never a silent exit 0.
+    result = runner.invoke(app, ["abort", job.target, "99", "--app", "orders"])
+    assert result.exit_code == EXIT_REFUSED
+    assert " ".join(result.output.split()) == (
+        "not staged: version(s) [99] of app 'orders': nothing to abort "
+        "(pending versions [1, 2], committed version 0)."
+    )
+    # With versions that are staged too: those are aborted, the exit code still says 5.
+    code, output = invoke("abort", job.target, "2", "99", "--app", "orders", "--json")
+    assert code == EXIT_REFUSED
+    assert json.loads(output) == {"aborted": [2], "not_staged": [99]}
+    assert job.status().pending_versions == [1]
+    assert job.status().committed_version == 0
+    # Aborting it again is refused the same way (it is no longer staged).
+    code, output = invoke("abort", job.target, "2", "--app", "orders", "--json")
+    assert code == EXIT_REFUSED
+    assert json.loads(output) == {"aborted": [], "not_staged": [2]}
+    DeltaSink(job.target, "orders").recover()  # the CLI's abort took the writer role
+    assert support.ids(job.target) == [1, 2, 3]
 
 
 def test_history(job: DeltaSink) -> None:
@@ -220,6 +243,66 @@ def test_gc(job: DeltaSink) -> None:
     assert code == 0
     assert "removed 3 file(s) older than 0 h" in output
     assert support.staged_files_on_disk(job.staging) == []
+
+
+def test_gc_negative_retention_is_a_usage_error(job: DeltaSink) -> None:
+    job.recover()
+    files = support.staged_files_on_disk(job.staging)
+    assert len(files) == 3
+    result = runner.invoke(app, ["gc", job.target, "--app", "orders", "--retention-hours", "-5"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--retention-hours'" in result.output
+    assert support.staged_files_on_disk(job.staging) == files  # nothing removed
+
+
+def run_at_80_columns(*args: str) -> str:
+    """The command's output in a fresh process on an 80-column terminal."""
+    env = {**os.environ, "COLUMNS": "80", "LINES": "50"}
+    env.pop("TERMINAL_WIDTH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", "from deltasink.cli import main; main()", *args],
+        cwd=Path(__file__).resolve().parents[1],  # this checkout's package
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_output_fits_80_columns_without_losing_text(job: DeltaSink) -> None:
+    helps = run_at_80_columns("recover", "--help")
+    assert "--skip-unverifiable-checks" in helps  # not cut to "--skip-unverifiable-che…"
+    assert all(len(line) <= 80 for line in helps.splitlines())
+    assert "quarantined, exit 6); refuses (exit 5)" in " ".join(helps.split())
+
+    # The staging path is long: it wraps inside the table, never cut with "…".
+    status = run_at_80_columns("status", job.target, "--app", "orders")
+    assert "…" not in status
+    rows = [line.split("│") for line in status.splitlines() if line.startswith("│")]
+    start = next(i for i, cells in enumerate(rows) if cells[1].strip() == "staging")
+    pieces = [rows[start][2].strip()]
+    for cells in rows[start + 1 :]:
+        if cells[1].strip():
+            break
+        pieces.append(cells[2].strip())
+    assert "".join(pieces) == job.staging
+
+    # gc lists each file name whole, on one line (copied and pasted by operators);
+    # a daily job's yyyymmdd versions make them longer than the terminal.
+    daily = DeltaSink(job.target, "daily", MergeSpec(keys=["id"]))
+    daily.pre_commit(pa.table({"id": [7], "value": ["g"]}), 20250101)
+    daily.pre_commit(pa.table({"id": [8], "value": ["h"]}), 20250102)
+    daily.recover()
+    gc_out = run_at_80_columns(
+        "gc", job.target, "--app", "daily", "--retention-hours", "0", "--dry-run"
+    )
+    assert gc_out.splitlines()[0] == "would remove 2 file(s) older than 0 h"
+    listed = [line.strip() for line in gc_out.splitlines()[1:]]
+    assert sorted(listed) == support.staged_files_on_disk(daily.staging)
+    assert all(len(name) > 78 for name in listed)  # longer than the terminal
 
 
 def test_fenced_exit_code(job: DeltaSink) -> None:
