@@ -26,8 +26,12 @@ __all__ = [
     "check_version",
 ]
 
-#: Largest version Delta's ``txnVersion`` (a signed 64-bit long) can hold.
-MAX_VERSION = 2**63 - 1
+#: Largest version accepted: one below the largest Delta ``txnVersion`` (a signed
+#: 64-bit long), so every accepted version ``v`` has a successor ``v + 1`` that a Delta
+#: log, Spark's ``txnVersion`` option and a job's ``last + 1`` can still hold. A version
+#: committed is the writer's floor for ever (later versions at or below it are replays):
+#: a version near this bound, e.g. a ``Long.MAX_VALUE`` sentinel, ends the app id.
+MAX_VERSION = 2**63 - 2
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,8 @@ def check_version(version: object, *, what: str = "version") -> int:
         what: The argument's name, for the message.
 
     Raises:
-        InvalidVersionError: Not an integer, negative, or beyond a Delta ``long``.
+        InvalidVersionError: Not an integer, negative, or above :data:`MAX_VERSION`
+            (``2**63 - 2``).
     """
     if isinstance(version, bool) or not isinstance(version, numbers.Integral):
         raise InvalidVersionError(

@@ -120,6 +120,7 @@ def test_duplicate_keys_with_sequence_by_keep_the_latest(target: str) -> None:
     [
         (-1, "between 0 and"),
         (2**63, "between 0 and"),
+        (2**63 - 1, "between 0 and 9223372036854775806"),
         (1.0, "must be an int"),
         ("7", "must be an int"),
         (True, "must be an int"),

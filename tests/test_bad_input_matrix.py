@@ -497,12 +497,13 @@ def test_the_matrix_has_at_least_twenty_cases() -> None:
 @pytest.mark.parametrize(
     ("version", "match"),
     [
-        (np.uint64(2**63), "between 0 and 9223372036854775807, got 9223372036854775808"),
+        (np.uint64(2**63), "between 0 and 9223372036854775806, got 9223372036854775808"),
+        (np.int64(2**63 - 1), "between 0 and 9223372036854775806, got 9223372036854775807"),
         (Decimal(3), "must be an int .* of type Decimal"),
         (Fraction(6, 2), "must be an int .* of type Fraction"),
         (np.float64(3.0), "must be an int .* of type float64"),
     ],
-    ids=["uint64-beyond-long", "decimal", "fraction", "numpy-float"],
+    ids=["uint64-beyond-long", "long-max-has-no-successor", "decimal", "fraction", "numpy-float"],
 )
 def test_versions_that_are_not_delta_longs(target: str, version: object, match: str) -> None:
     sink = DeltaSink(target, "matrix", APPEND)
@@ -512,12 +513,21 @@ def test_versions_that_are_not_delta_longs(target: str, version: object, match: 
     assert not support.exists(target)
 
 
-def test_the_largest_delta_long_is_a_valid_version(target: str) -> None:
+def test_the_largest_valid_version_is_one_below_the_largest_delta_long(target: str) -> None:
+    assert MAX_VERSION == 2**63 - 2  # documented in README.md ("Versions")
     sink = DeltaSink(target, "matrix", APPEND)
+    sink.write(table(id=[0]), 7)
+    with pytest.raises(InvalidVersionError, match="between 0 and 9223372036854775806"):
+        sink.write(table(id=[9]), 2**63 - 1)  # Long.MAX_VALUE: refused, nothing written
+    with pytest.raises(InvalidVersionError, match="between 0 and 9223372036854775806"):
+        sink.commit(2**63 - 1)
+    assert support.marker(target, "matrix") == 7
+    assert support.table_version(target) == 0
+    assert sink.status().pending_versions == []
     assert sink.write(table(id=[1]), np.int64(MAX_VERSION)).committed_versions == [MAX_VERSION]
     assert support.marker(target, "matrix") == MAX_VERSION
     assert sink.pre_commit(table(id=[2]), MAX_VERSION).state == "already_committed"
-    assert support.ids(target) == [1]
+    assert support.ids(target) == [0, 1]
 
 
 def test_date_versions_with_gaps_and_late_replays(target: str) -> None:

@@ -741,7 +741,7 @@ def test_check_version_messages_and_attributes() -> None:
     with pytest.raises(InvalidVersionError, match=r"up_to must be an int .* got True of type bool"):
         check_version(True, what="up_to")
     with pytest.raises(
-        InvalidVersionError, match=r"between 0 and 9223372036854775807, got -3"
+        InvalidVersionError, match=r"between 0 and 9223372036854775806, got -3"
     ) as e:
         check_version(-3)
     assert e.value.version == -3
