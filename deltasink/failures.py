@@ -26,12 +26,52 @@ _ACCESS = re.compile(
 )
 
 
+#: The first frame of a Rust backtrace appended to a message ("   0: <unknown>").
+_BACKTRACE = re.compile(r"\n\s*(?:Stack backtrace:|0: )")
+#: A Rust ``Debug`` structure's opening: ``ParsedLogPath {``.
+_STRUCT = re.compile(r"\b[A-Z][A-Za-z0-9_]* \{")
+#: The fields that name what a structure is about, most telling first.
+_NAMING_FIELDS = ("filename", "path", "location", "name")
+
+
 def plain(exc: BaseException) -> str:
     """An engine error's message without terminal colour codes, backtraces and the
-    indentation of its cause chain, on one line."""
+    indentation of its cause chain, on one line; a Rust debug structure is shown as
+    the file or name it is about (``ParsedLogPath { ... filename: "3.json" ... }`` as
+    ``3.json``)."""
     text = _ANSI.sub("", str(exc))
-    text = text.split("\nStack backtrace:")[0].split("\n\nStack backtrace")[0]
-    return " ".join(text.replace("↳", ":").split())
+    text = _BACKTRACE.split(text, maxsplit=1)[0]
+    return _collapse_structs(" ".join(text.replace("↳", ":").split()))
+
+
+def _collapse_structs(text: str) -> str:
+    """``text`` with each outermost ``Name { ... }`` replaced by the quoted value of its
+    first naming field (or left as it is when it has none)."""
+    out, pos = [], 0
+    while (match := _STRUCT.search(text, pos)) is not None:
+        end = _closing_brace(text, match.end() - 1)
+        if end is None:
+            break  # unbalanced: leave the rest as it is
+        body = text[match.end() : end]
+        name = next(
+            (m.group(1) for f in _NAMING_FIELDS if (m := re.search(rf'\b{f}: "([^"]*)"', body))),
+            None,
+        )
+        out.append(text[pos : match.start()])
+        out.append(name if name is not None else text[match.start() : end + 1])
+        pos = end + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _closing_brace(text: str, start: int) -> int | None:
+    """The index of the ``}`` closing the ``{`` at ``start``, or ``None``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return None
 
 
 def storage_failure(exc: OSError, table: str | None) -> StorageError:

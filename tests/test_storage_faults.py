@@ -301,6 +301,43 @@ def test_corrupt_staging_log_gives_a_named_error(
     assert_untouched(pending, [1, 2], 1)  # nothing committed is touched
 
 
+@pytest.mark.parametrize(
+    ("damage", "which", "found"),
+    [
+        (truncate, -1, "is not valid JSON (truncated or overwritten)"),
+        (garbage, 1, "is not valid JSON (truncated or overwritten)"),
+        (remove, -2, "is missing (the log goes from commit"),
+    ],
+    ids=["torn-last", "garbage-early", "missing-middle"],
+)
+def test_a_damaged_staging_log_is_one_line_naming_the_file_and_keeping_pending_versions(
+    pending: DeltaSink, damage: Callable[[Path], None], which: int, found: str
+) -> None:
+    damaged = log_files(pending.staging)[which]
+    original = damaged.read_bytes()
+    damage(damaged)
+    restarted = DeltaSink(pending.target, "job", APPEND)
+    with pytest.raises(StorageError) as info:
+        restarted.recover()
+    message = str(info.value)
+    assert info.value.table == pending.staging
+    assert message.startswith(f"the Delta log of {pending.staging} cannot be read: ")
+    assert "\n" not in message
+    for debug in ("ParsedLogPath", "FileMeta", "Url {", "<unknown>", "pthread", " 0: "):
+        assert debug not in message
+    assert f"The commit file {damaged} {found}" in message
+    assert "Restore that file from a backup" in message
+    assert "another location" not in message  # that would orphan versions 2 and 3
+    assert "Keep the table" in message
+    assert len(message) < 700
+    assert_untouched(pending, [1, 2], 1)
+
+    # The advice works: with the file restored, the pending versions are published.
+    damaged.write_bytes(original)
+    assert DeltaSink(pending.target, "job", APPEND).recover().committed_versions == [2, 3]
+    assert_untouched(pending, [1, 2, 3, 4], 3)
+
+
 def test_an_empty_staging_commit_file_does_not_silently_drop_a_staged_version(
     pending: DeltaSink,
 ) -> None:
