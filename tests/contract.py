@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Field
 
 from deltasink import (
     AlreadyCommittedError,
@@ -678,6 +679,164 @@ class SinkContract:
         assert support.marker(harness.target, "history") is None
         assert support.staged_versions(sink.staging) == []
         assert harness.contents() == [(1, "a", "n1")]
+
+    # -- accepted means publishable ----------------------------------------------------
+
+    @pytest.mark.parametrize(
+        ("mode", "column", "found"),
+        [
+            ("upsert", "extra", pa.int64()),  # a column the first version did not have
+            ("scd2", "extra", pa.int64()),
+            ("append", "extra", pa.int64()),
+            ("upsert", "n", pa.string()),  # a column changing type
+        ],
+    )
+    def test_a_version_the_pending_ones_leave_no_room_for_is_refused_at_pre_commit(
+        self, harness: Harness, mode: str, column: str, found: pa.DataType
+    ) -> None:
+        # On a new target the first pending version defines the table: a version it
+        # leaves no room for is refused now, as one by one (the target created first)
+        # refuses it, by the same check; nothing of it is staged.
+        spec = pending_spec(mode)
+        sink = harness.sink(spec)
+        assert sink.pre_commit(harness.make_table(pending_rows(0)), 0).state == "staged"
+        second = harness.make_table(pending_rows(1, **{column: found}))
+        with pytest.raises(SchemaMismatchError, match=f"column '{column}'") as pending:
+            sink.pre_commit(second, 1)
+        assert sink.status().pending_versions == [0]
+        assert support.staged_versions(sink.staging) == [0]
+        assert not support.exists(harness.target)
+        one_by_one = DeltaSink(harness.target + "_one", "one", spec, **harness.sink_kwargs)
+        one_by_one.write(harness.make_table(pending_rows(0)), 0)
+        with pytest.raises(SchemaMismatchError) as committed:
+            one_by_one.pre_commit(second, 1)
+        assert str(pending.value).replace(harness.target, "T") == str(committed.value).replace(
+            harness.target + "_one", "T"
+        )
+        assert sink.commit(1).committed_versions == [0]
+        assert pending_contents(harness.target) == pending_contents(harness.target + "_one")
+        assert harness.marker() == 0
+        assert sink.status().pending_versions == []
+
+    def test_pending_versions_evolve_the_schema_a_batch_is_checked_against(
+        self, harness: Harness
+    ) -> None:
+        # With schema_evolution, v1 adds `extra` (long); v2 with `extra` as a string is
+        # refused though the target (v0 committed) has no `extra` yet.
+        spec = MergeSpec(keys=["id"], schema_evolution=True)
+        sink = harness.sink(spec)
+        sink.write(harness.make_table(pending_rows(0)), 0)
+        sink.pre_commit(harness.make_table(pending_rows(1, extra=pa.int64())), 1)
+        with pytest.raises(SchemaMismatchError, match="column 'extra' has type string"):
+            sink.pre_commit(harness.make_table(pending_rows(2, extra=pa.string())), 2)
+        assert sink.status().pending_versions == [1]
+        sink.pre_commit(harness.make_table(pending_rows(2, extra=pa.int32())), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        assert harness.marker() == 2
+        assert pending_contents(harness.target) == [
+            {"id": 0, "seq": 0, "n": 0, "extra": None},
+            {"id": 1, "seq": 1, "n": 1, "extra": 1},
+            {"id": 2, "seq": 2, "n": 2, "extra": 2},
+        ]
+
+    @pytest.mark.parametrize("mode", ["upsert", "append", "scd2"])
+    def test_a_stuck_version_is_refused_by_name_and_adding_the_column_publishes_it(
+        self, harness: Harness, mode: str
+    ) -> None:
+        # Staged by a release that checked against the target alone: coalesced or one by
+        # one, v0 is committed and v1 refused with the way out; nothing is lost.
+        spec = pending_spec(mode)
+        sink = harness.sink(spec)
+        sink.pre_commit(harness.make_table(pending_rows(0)), 0)
+        stage_as_an_old_release(sink, harness.make_table(pending_rows(1, extra=pa.int64())), 1)
+        with pytest.raises(CommitError, match=r"column 'extra'.*sink\.abort\(1\)") as failed:
+            sink.commit(1)
+        assert isinstance(failed.value.__cause__, SchemaMismatchError)
+        assert failed.value.report.committed_versions == [0]
+        assert harness.marker() == 0
+        assert [f.name for f in DeltaTable(harness.target).schema().fields][:3] == [
+            "id",
+            "seq",
+            "n",
+        ]
+        with pytest.raises(CommitError, match="ALTER TABLE"):
+            harness.sink(spec).recover()
+        assert sink.status().pending_versions == [1]
+        DeltaTable(harness.target).alter.add_columns(Field("extra", "long", nullable=True))
+        assert harness.sink(spec).recover().committed_versions == [1]
+        assert harness.marker() == 1
+        assert sink.status().pending_versions == []
+        current = [
+            {k: v for k, v in r.items() if k in ("id", "seq", "n", "extra")}
+            for r in pending_contents(harness.target)
+        ]
+        assert current == [
+            {"id": 0, "seq": 0, "n": 0, "extra": None},
+            {"id": 1, "seq": 1, "n": 1, "extra": 1},
+        ]
+
+    def test_a_stuck_version_read_back_aborted_and_sent_again_loses_nothing(
+        self, harness: Harness
+    ) -> None:
+        sink = harness.sink(MergeSpec(keys=["id"]))
+        sink.pre_commit(harness.make_table(pending_rows(0)), 0)
+        stage_as_an_old_release(sink, harness.make_table(pending_rows(1, n=pa.string())), 1)
+        with pytest.raises(CommitError, match=r"column 'n' has type string.*_deltasink_version"):
+            sink.commit(1)
+        # The way out the error names: read its rows, abort it, send it again.
+        staged = DeltaTable(sink.staging).to_pyarrow_table(
+            filters=[("_deltasink_version", "=", 1)], columns=["id", "seq", "n"]
+        )
+        fixed = staged.set_column(2, "n", pc.cast(staged.column("n"), pa.int64()))
+        assert sink.abort(1) is True
+        assert sink.pre_commit(harness.make_table(fixed), 1).state == "staged"
+        assert sink.commit(1).committed_versions == [1]
+        assert harness.marker() == 1
+        assert pending_contents(harness.target) == [
+            {"id": 0, "seq": 0, "n": 0},
+            {"id": 1, "seq": 1, "n": 1},
+        ]
+
+
+def pending_spec(mode: str) -> MergeSpec:
+    """A MergeSpec of ``mode`` over :func:`pending_rows`."""
+    if mode == "append":
+        return APPEND
+    if mode == "scd2":
+        return MergeSpec(mode="scd2", keys=["id"], sequence_by="seq")
+    return MergeSpec(keys=["id"])
+
+
+def pending_rows(i: int, **extra: pa.DataType) -> pa.Table:
+    """One row ``(id=i, seq=i, n=i)``, plus a column of each ``extra`` type holding
+    ``i`` (``n`` given there changes its type)."""
+    columns: dict[str, pa.Array[Any]] = {
+        "id": pa.array([i], pa.int64()),
+        "seq": pa.array([i], pa.int64()),
+        "n": pa.array([i], pa.int64()),
+    }
+    for name, kind in extra.items():
+        value: Any = str(i) if pa.types.is_string(kind) else i
+        columns[name] = pa.array([value], kind)
+    return pa.table(columns)
+
+
+def pending_contents(target: str) -> list[dict[str, Any]]:
+    """The target's rows by id, columns in table order."""
+    return support.rows(target)
+
+
+def stage_as_an_old_release(sink: DeltaSink, batch: Any, version: int) -> None:
+    """``sink.pre_commit(batch, version)`` as releases before "accepted means
+    publishable" made it: the batch checked against the target alone, not against the
+    versions pending before it (how a version got stuck)."""
+    backend: Any = sink._backend
+    with pytest.MonkeyPatch.context() as patch:
+        if hasattr(backend, "_schema_before"):  # the embedded engine
+            patch.setattr(backend, "_schema_before", lambda v: backend.target.schema())
+        else:  # the spark engine
+            patch.setattr(backend, "_expected", lambda v, target: None)
+        assert sink.pre_commit(batch, version).state == "staged"
 
 
 class Crash(Exception):

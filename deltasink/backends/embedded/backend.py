@@ -23,6 +23,7 @@ from deltasink.direct import record_mark_softly
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import MarkGuard, refuse_spec_change
 from deltasink.participant import DiscardReason
+from deltasink.pending import schema_after
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 
@@ -99,6 +100,7 @@ class EmbeddedBackend:
         self._intent: int | None = None
         self._foreign_intent: int | None = None  # the last intent read that was not ours
         self.write_through: int | None = None
+        self._state: LogState | None = None  # as read last (read_state)
 
     # -- configuration -------------------------------------------------------------
 
@@ -165,7 +167,8 @@ class EmbeddedBackend:
             self._foreign_intent = intent
         marker = self.target.committed_version(self.app_id)
         committed = self._guard.committed(marker, mark, intent)
-        return LogState(committed, staged, quarantined)
+        self._state = LogState(committed, staged, quarantined)
+        return self._state
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         return self.stage_prepared(self.prepare(batch, version))
@@ -184,10 +187,36 @@ class EmbeddedBackend:
                 table=self.target.uri,
                 version=version,
             )
-        data = self._prepare(batch, spec)
+        data = self._prepare(batch, spec, self._schema_before(version))
         self.target.check_writable(data.column_names)
         self.target.check_condition(spec)
         return Prepared(version, data.num_rows, data)
+
+    def _schema_before(self, version: int) -> pa.Schema | None:
+        """The schema the target will have when ``version`` is published: the target's,
+        after the versions pending before it (on the state read last; the caller, the
+        core, has just read it). Accepted means publishable: a batch is checked
+        against this, by the check the publish makes.
+
+        Raises:
+            SchemaMismatchError: A pending version before it does not fit (stuck).
+        """
+        target = self.target.schema(fresh=False)
+        state = self._state if self._state is not None else self.read_state()
+        before = [s.version for s in state.pending if s.version < version]
+        if not before:
+            return target
+        kept = {v: t.schema for v in before if (t := self._staged.get(v)) is not None}
+        missing = [v for v in before if v not in kept]
+        kept.update(self.log.schemas(missing, fresh=False) if missing else {})
+        return schema_after(
+            target,
+            [(v, kept[v]) for v in before if v in kept],
+            self.spec_for_staged(),
+            table=self.target.uri,
+            app_id=self.app_id,
+            check=True,
+        )
 
     def _claim_for(self, prepared: Prepared, *, fresh: bool = True) -> int:
         """Claim (or verify, on the state read last unless ``fresh``) the epoch and
@@ -265,12 +294,9 @@ class EmbeddedBackend:
             self.writer.record_intent(version, epoch=epoch, verified=True)
             self._intent = version
 
-    def _prepare(self, batch: object, spec: MergeSpec) -> pa.Table:
+    def _prepare(self, batch: object, spec: MergeSpec, expected: pa.Schema | None) -> pa.Table:
         data = prepare(
-            collect(batch, spec, to_arrow=engine_arrow),
-            spec,
-            self.target.schema(fresh=False),
-            target=self.target.uri,
+            collect(batch, spec, to_arrow=engine_arrow), spec, expected, target=self.target.uri
         )
         _faults.point("stage.before_write")
         return data
@@ -281,10 +307,21 @@ class EmbeddedBackend:
 
     def publish(self, staged: StagedVersion) -> CommitResult:
         self._guard.check_publish(staged.version)
+        data, spec = self._data(staged.version), self.spec_for_staged()
+        # A version staged by an earlier release may not fit: refused by name, with the
+        # way out (the publish would refuse it too, without saying how to get past it).
+        schema_after(
+            self.target.schema(fresh=False),
+            [(staged.version, data.schema)],
+            spec,
+            table=self.target.uri,
+            app_id=self.app_id,
+            check=True,
+        )
         self._announce(staged.version)
         result = self.target.apply(
-            self._data(staged.version),
-            spec=self.spec_for_staged(),
+            data,
+            spec=spec,
             app_id=self.app_id,
             version=staged.version,
             metadata={"deltasink.staging": self.log.uri, "deltasink.rows": staged.rows},
@@ -304,6 +341,16 @@ class EmbeddedBackend:
         missing = [s.version for s in staged if s.version not in cached]
         cached.update(self.log.read_many(missing, fresh=False) if missing else {})
         tables = [(s.version, cached[s.version]) for s in staged]
+        # Coalesced ≡ one by one: a version the ones before it leave no room for is
+        # refused here too (the core then goes one by one and stops at it).
+        schema_after(
+            self.target.schema(fresh=False),
+            [(v, t.schema) for v, t in tables],
+            spec,
+            table=self.target.uri,
+            app_id=self.app_id,
+            check=True,
+        )
         columns = {tuple(sorted(t.column_names)) for _, t in tables}
         if len(columns) > 1 and spec.mode != "append":
             # A version that omits a column leaves it alone on update; a coalesced
@@ -351,7 +398,7 @@ class EmbeddedBackend:
         self.writer.set_quarantine(version, reason, epoch=self._fence())
 
     def restage(self, batch: object, version: int) -> StagedVersion:
-        data = self._prepare(batch, self.spec_for_staged())
+        data = self._prepare(batch, self.spec_for_staged(), self._schema_before(version))
         epoch = self._fence(data.schema)
         assert epoch is not None
         self._staged.drop([version])  # whatever happens next, never the old rows

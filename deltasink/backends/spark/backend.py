@@ -10,8 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
+import pyarrow as pa
+
 from deltasink import _faults
-from deltasink.batch import spark_arrow
+from deltasink.batch import spark_arrow, spark_empty
 from deltasink.checks import Check, StagedBatch, run_checks
 from deltasink.direct import record_mark_softly
 from deltasink.errors import CommitError, ConfigurationError
@@ -19,6 +21,7 @@ from deltasink.guards import refuse_spec_change
 from deltasink.history import history_from_commits, previous_rows, user_metadata
 from deltasink.layout import PROP_SPEC
 from deltasink.participant import DiscardReason
+from deltasink.pending import schema_after
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.table import TableSpec
@@ -31,6 +34,7 @@ from .session import SparkSql
 from .stage import StagingWriter
 from .tables import Tables
 from .validate import (
+    Expected,
     PreparedFrame,
     as_dataframe,
     check_condition,
@@ -96,6 +100,7 @@ class SparkBackend:
         self.check_samples = check_samples
         self._spec = spec
         self.tables = Tables(target, staging, app_id)
+        self._state: LogState | None = None  # as read last (read_state)
         self.target_ref = self.tables.target_ref
         self.staging_ref = self.tables.staging_ref
         self._sql = SparkSql(spark, self.tables)
@@ -147,7 +152,8 @@ class SparkBackend:
         Staged versions are the staging partitions plus the empty versions the staging
         history records (Spark writes no file for an empty batch).
         """
-        return self._logs.state()
+        self._state = self._logs.state()
+        return self._state
 
     def target_exists(self) -> bool:
         return self._logs.target_exists()
@@ -164,11 +170,17 @@ class SparkBackend:
 
     # -- staging -------------------------------------------------------------------------
 
-    def _prepare(self, batch: object, spec: MergeSpec) -> PreparedFrame:
+    def _prepare(self, batch: object, spec: MergeSpec, version: int) -> PreparedFrame:
         df = as_dataframe(batch, self._sql)
         self._sql.session(df)
         target = self._logs.target_frame()
-        prepared = prepare_frame(require_dataframe(df), spec, target, table=self.target)
+        prepared = prepare_frame(
+            require_dataframe(df),
+            spec,
+            target,
+            table=self.target,
+            expected=self._expected(version, target),
+        )
         check_condition(spec, target, table=self.target)
         self._target_writer.check_definition(prepared.columns)
         _faults.point("stage.before_write")
@@ -199,8 +211,64 @@ class SparkBackend:
                 table=self.target,
                 version=version,
             )
-        prepared = self._prepare(batch, spec)
+        prepared = self._prepare(batch, spec, version)
         return Prepared(version, prepared.rows, prepared)
+
+    def _expected(self, version: int, target: Any | None) -> Expected | None:
+        """The schema the target will have when ``version`` is published, when versions
+        are pending before it (on the state read last; the caller, the core, has just
+        read it); ``None``: none are, the target's own schema applies. Accepted means
+        publishable (:mod:`deltasink.pending`).
+
+        Raises:
+            SchemaMismatchError: A pending version before it does not fit (stuck).
+        """
+        state = self._state if self._state is not None else self.read_state()
+        before = [s.version for s in state.pending if s.version < version]
+        if not before:
+            return None
+        staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
+        schema = self._schema_after(before, staging, target)
+        if schema is None:
+            return None
+        types = {f.name: f.dataType for f in staging.schema.fields}
+        if target is not None:
+            types.update({f.name: f.dataType for f in target.schema.fields})
+        return Expected(schema, types)
+
+    def _schema_after(
+        self, versions: Sequence[int], staging: Any, target: Any | None
+    ) -> pa.Schema | None:
+        """:func:`~deltasink.pending.schema_after` (checking each version) for staged
+        ``versions``, from the staging table's schema and each version's columns."""
+        arrow = spark_empty(staging).schema
+        return schema_after(
+            None if target is None else spark_empty(target).schema,
+            [(v, pa.schema([arrow.field(c) for c in self._logs.columns(v)])) for v in versions],
+            self.spec_for_staged(),
+            table=self.target,
+            app_id=self.app_id,
+            check=True,
+        )
+
+    def _check_fits(self, versions: Sequence[int]) -> None:
+        """Before a publish: the staged ``versions`` fit the target one after the other,
+        by the check ``pre_commit`` makes (a version staged by an earlier release may
+        not), so the error names the way out. Costs nothing beyond two schema reads
+        when every staged column is a target column of the same type.
+
+        Raises:
+            SchemaMismatchError: A version does not fit.
+        """
+        target = self._logs.target_frame()
+        if target is None:
+            return  # the first version creates it; the others: publish_many's rule
+        staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
+        found = {f.name: f.dataType for f in target.schema.fields}
+        staged = {f.name: f.dataType for f in staging.schema.fields}
+        if all(found.get(c) == staged[c] for v in versions for c in self._logs.columns(v)):
+            return
+        self._schema_after(versions, staging, target)
 
     def _claim_for(self, prepared: PreparedFrame) -> int:
         """Create the staging table on first use, claim (or check) the epoch, and record
@@ -269,6 +337,7 @@ class SparkBackend:
         self._logs.check_publish(staged.version)
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
+        self._check_fits([staged.version])
         return self._target_writer.apply([staged.version], columns, spec, staged.rows)
 
     def can_coalesce(self) -> bool:
@@ -294,6 +363,7 @@ class SparkBackend:
                 table=self.target,
                 app_id=self.app_id,
             )
+        self._check_fits(versions)
         rows = sum(s.rows for s in staged)
         result = self._target_writer.apply(versions, columns.pop(), spec, rows)
         return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
@@ -351,7 +421,7 @@ class SparkBackend:
         """Replace the staged data of quarantined ``version`` in one commit
         (``replaceWhere`` on its partition), lifting the quarantine first (after a crash
         in between, the old data is audited, and quarantined, again)."""
-        prepared = self._prepare(batch, self.spec_for_staged())
+        prepared = self._prepare(batch, self.spec_for_staged(), version)
         self._fence.fence()
         self._staging_writer.lift_quarantine([version])
         return self._staging_writer.append(version, prepared, operation="restage")

@@ -5,7 +5,7 @@ Spark aggregation, so no row reaches the driver.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from .session import SparkSql
 from .tables import RANK_COLUMN, ddl_type
 
 __all__ = [
+    "Expected",
     "PreparedFrame",
     "as_dataframe",
     "check_condition",
@@ -68,6 +69,21 @@ class PreparedFrame:
     prune: str | None = None
 
 
+@dataclass(frozen=True)
+class Expected:
+    """The schema a batch must fit when versions are pending before it: the target's
+    once they are published (:func:`deltasink.pending.schema_after`).
+
+    Attributes:
+        schema: That schema, in Arrow (the check :func:`~deltasink.batch.prepare` makes).
+        types: The Spark types its columns are stored as (the target's, else the
+            staging table's), which the batch's columns are cast to.
+    """
+
+    schema: pa.Schema
+    types: Mapping[str, Any]
+
+
 def as_dataframe(batch: object, sql: SparkSql) -> Any:
     """``batch`` as a Spark DataFrame: Arrow data is created on the session; anything
     else is returned as it is (see :func:`require_dataframe`)."""
@@ -94,7 +110,14 @@ def require_dataframe(df: Any) -> Any:
     return df
 
 
-def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -> PreparedFrame:
+def prepare_frame(
+    df: Any,
+    spec: MergeSpec,
+    target: Any | None,
+    *,
+    table: str,
+    expected: Expected | None = None,
+) -> PreparedFrame:
     """Validate a Spark DataFrame as :func:`deltasink.batch.prepare` validates Arrow, on
     Spark, raising the same named errors, in the same order, with the same messages.
 
@@ -109,6 +132,8 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
         target: The target as a Spark DataFrame (its schema is used), or ``None`` if it
             does not exist yet.
         table: The target's name, for messages.
+        expected: With versions pending before this one, the schema they leave
+            (the batch is checked against it instead of the target's).
 
     Raises:
         InvalidInputError: As :func:`~deltasink.batch.prepare`, plus a bad
@@ -119,6 +144,8 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     if spec.replace_where or spec.target_predicate:  # every row satisfies them
         check_row_predicates(df, spec, zero.column_names)
     target_arrow: pa.Schema | None = None if target is None else spark_empty(target).schema
+    if expected is not None:
+        target_arrow = expected.schema
     frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
     not_null = [
         f.name
@@ -157,7 +184,11 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
         elif stats["keys"] != stats["n"]:
             _raise_duplicates(frame, spec.keys, stats["n"] - stats["keys"], _HINT)
     columns = tuple(c for c in staged.column_names if c != DELETE_COLUMN)
-    target_types = {} if target is None else {f.name: f.dataType for f in target.schema.fields}
+    target_types: Mapping[str, Any] = (
+        {} if target is None else {f.name: f.dataType for f in target.schema.fields}
+    )
+    if expected is not None:
+        target_types = expected.types
     batch_types = {f.name: f.dataType for f in frame.schema.fields}
     select = []
     for name in columns:

@@ -245,6 +245,44 @@ class StagingLog:
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
             return dict(zip(versions, pool.map(read, versions), strict=True))
 
+    def schemas(self, versions: Sequence[int], *, fresh: bool = True) -> dict[int, pa.Schema]:
+        """The schema each of ``versions`` was staged with, from its first file's
+        footer (a version's files share one schema); no data is read.
+
+        Raises:
+            StorageError: A staged file is gone or unreadable.
+        """
+        table = self.open(fresh=fresh)
+        if table is None or not versions:
+            return {}
+        actions = pa.table(table.get_add_actions(flatten=True)).select(
+            [f"partition.{VERSION_COLUMN}", "path"]
+        )
+        first: dict[int, str] = {}
+        for row in actions.to_pylist():
+            first.setdefault(int(row[f"partition.{VERSION_COLUMN}"]), str(row["path"]))
+        filesystem = self.filesystem()
+        found: dict[int, pa.Schema] = {}
+        for version in versions:
+            if version not in first:
+                continue  # an empty version: no file, no columns to fold
+            try:
+                with filesystem.open_input_file(first[version]) as source:
+                    schema = pq.read_schema(source)
+            except OSError as exc:
+                raise StorageError(
+                    f"the staged data of version {version} in {self.uri} cannot be read "
+                    f"({plain(exc)}): file not found or unreadable (removed by hand?). "
+                    f"Abort version {version} (`deltasink abort`) and let the source send "
+                    "it again.",
+                    table=self.uri,
+                    app_id=self.app_id,
+                    version=version,
+                ) from exc
+            names = [n for n in schema.names if n != VERSION_COLUMN]
+            found[version] = pa.schema([schema.field(n) for n in names])
+        return found
+
     def filesystem(self) -> pafs.FileSystem:
         """The table's storage, rooted at the table (pyarrow's own for local paths:
         no Python in the I/O path)."""
