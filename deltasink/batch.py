@@ -2,8 +2,8 @@
 
 Validation is vectorised in Arrow and happens before anything is written:
 reserved and duplicate column names, key and ``sequence_by`` columns present and
-non-null, types compatible with the target, and one row per key (or the latest row
-per key with ``sequence_by``).
+non-null, types compatible with the target, float keys normalised (-0.0 is 0.0; NaN
+refused), and one row per key (or the latest row per key with ``sequence_by``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from deltasink.errors import (
     DuplicateKeyError,
     InvalidInputError,
+    InvalidKeyError,
     KeyColumnError,
     SchemaMismatchError,
 )
@@ -38,6 +39,8 @@ __all__ = [
     "edge_per_key",
     "first_per_key",
     "is_spark_dataframe",
+    "nan_key_error",
+    "normalise_keys",
     "prepare",
     "quote",
     "spark_arrow",
@@ -418,6 +421,43 @@ def check_required(table: pa.Table, spec: MergeSpec) -> None:
         )
 
 
+def nan_key_error(column: str, rows: int) -> InvalidKeyError:
+    """The error for ``rows`` NaN values in the float key ``column`` (both engines)."""
+    return InvalidKeyError(
+        f"key column {column!r} is NaN in {rows} row(s) of the batch; a NaN key matches "
+        "no row (NaN equals nothing), so deltasink refuses it in every mode. Filter the "
+        "rows or map NaN to a real value (or null, with null_safe_keys) in the job.",
+        column=column,
+    )
+
+
+def normalise_keys(table: pa.Table, keys: Sequence[str], *, refuse_nan: bool = True) -> pa.Table:
+    """One equality per key type: floating-point key values -0.0 become 0.0 (they are
+    equal, and must be one key in the staged batch, its duplicate check and every later
+    MERGE), and a NaN key value is refused (unless ``refuse_nan`` is false: staged data
+    of an earlier release is only normalised). Other columns and types are untouched;
+    keys are scalars (:func:`check_required`).
+
+    Raises:
+        InvalidKeyError: A float key holds NaN.
+    """
+    for key in keys:
+        if key not in table.column_names:
+            continue
+        field = table.schema.field(key)
+        if not pa.types.is_floating(field.type):
+            continue
+        column = table.column(key)
+        if refuse_nan:
+            nans = pc.sum(pc.cast(pc.is_nan(column), pa.int64())).as_py() or 0
+            if nans:
+                raise nan_key_error(key, nans)
+        zero = pa.scalar(0, field.type)
+        normal = pc.if_else(pc.equal(column, zero), zero, column)  # -0.0 == 0.0
+        table = table.set_column(table.column_names.index(key), field, normal)
+    return table
+
+
 SortOrder = Literal["ascending", "descending"]
 
 
@@ -631,11 +671,13 @@ def prepare(
         target: The target's name, for messages.
 
     Returns:
-        The staged form: target types, nullable fields, one row per key (for
+        The staged form: target types, nullable fields, float keys normalised
+        (:func:`normalise_keys`: -0.0 is 0.0), one row per key (for
         ``upsert``/``insert``), the delete flag last when ``delete_when`` is set.
 
     Raises:
         KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc.
+        InvalidKeyError: A float key is NaN.
     """
     check_required(table, spec)
     if spec.mode == "scd2":
@@ -654,6 +696,7 @@ def prepare(
         data = to_delta_types(data, table=target)
     if flag is not None:
         data = data.append_column(pa.field(DELETE_COLUMN, pa.bool_(), True), flag)
+    data = normalise_keys(data, spec.keys)
     if spec.mode == "scd2":
         _check_unique(data, spec.event_columns, SCD2_DUPLICATES)
     elif spec.keys:

@@ -13,7 +13,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, SortOrder, edge_per_key, first_per_key
+from deltasink.batch import (
+    DELETE_COLUMN,
+    GUARD_COLUMN,
+    SortOrder,
+    edge_per_key,
+    first_per_key,
+    normalise_keys,
+)
 from deltasink.spec import MergeSpec
 
 __all__ = ["coalesce"]
@@ -53,6 +60,9 @@ def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Tabl
         column = pa.array(np.full(table.num_rows, version, dtype=np.int64))
         tables.append(table.append_column(pa.field(_VERSION, pa.int64()), column))
     combined = pa.concat_tables(tables, promote_options="default")
+    # Staged by this release, float keys are normal already; an earlier release's
+    # staged -0.0 must still be one key with 0.0 (its NaN is published as staged).
+    combined = normalise_keys(combined, spec.keys, refuse_nan=False)
     if DELETE_COLUMN in combined.column_names:
         flags: Any = pc.fill_null(combined.column(DELETE_COLUMN), pa.scalar(False))
         index = combined.column_names.index(DELETE_COLUMN)

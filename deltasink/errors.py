@@ -8,6 +8,7 @@ what the caller should do next::
     │   ├── InvalidVersionError    negative / not an int / goes backwards
     │   ├── SchemaMismatchError    batch columns or types do not fit the target
     │   ├── KeyColumnError         key column missing, or a key value is null
+    │   │   └── InvalidKeyError    a key value no key can match (NaN in a float key)
     │   └── DuplicateKeyError      one key twice in a batch without ``sequence_by``
     ├── ConfigurationError         fix the sink's configuration or the tables
     │   ├── NotADeltaTableError    the target path holds something that is not Delta
@@ -43,6 +44,7 @@ __all__ = [
     "DuplicateKeyError",
     "FencedError",
     "InvalidInputError",
+    "InvalidKeyError",
     "InvalidVersionError",
     "KeyColumnError",
     "MarkerLostError",
@@ -98,6 +100,12 @@ class SchemaMismatchError(InvalidInputError):
 
 class KeyColumnError(InvalidInputError):
     """A key column is missing from the batch, or a key value is null."""
+
+
+class InvalidKeyError(KeyColumnError):
+    """A key value has no equality to match a target row by: NaN in a floating-point
+    key column (NaN equals nothing under IEEE 754, and the engines disagree on it).
+    Raised before anything is written; ``column`` names the key column."""
 
 
 class DuplicateKeyError(InvalidInputError):

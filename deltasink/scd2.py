@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.batch import DELETE_COLUMN
+from deltasink.batch import DELETE_COLUMN, normalise_keys
 from deltasink.schema import nullable_schema
 from deltasink.spec import MergeSpec
 
@@ -62,6 +62,8 @@ def changes(current: pa.Table | None, batch: pa.Table, spec: MergeSpec) -> pa.Ta
     """
     start, end, now = spec.history
     keys = list(spec.keys)
+    if current is not None:  # a -0.0 key written outside deltasink (or before) is 0.0
+        current = normalise_keys(current, keys, refuse_nan=False)
     events = _events(current, batch, spec)
     if events.num_rows == 0:
         return _output(batch, current, spec, [])

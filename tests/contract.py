@@ -27,6 +27,7 @@ from deltasink import (
     DeltaSink,
     DuplicateKeyError,
     InvalidInputError,
+    InvalidKeyError,
     InvalidVersionError,
     KeyColumnError,
     MergeSpec,
@@ -77,6 +78,18 @@ class Harness:
         table = pa.table(
             {
                 "id": pa.array(ids, pa.int64()),
+                "value": pa.array(values, pa.string()),
+                "note": pa.array(notes, pa.string()),
+            }
+        )
+        return self.make_table(table)
+
+    def float_rows(self, *rows: tuple[float, str, str]) -> Any:
+        """A batch of ``(id, value, note)`` rows with a double ``id`` key."""
+        ids, values, notes = (list(c) for c in zip(*rows, strict=True))
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.float64()),
                 "value": pa.array(values, pa.string()),
                 "note": pa.array(notes, pa.string()),
             }
@@ -837,6 +850,105 @@ def stage_as_an_old_release(sink: DeltaSink, batch: Any, version: int) -> None:
         else:  # the spark engine
             patch.setattr(backend, "_expected", lambda v, target: None)
         assert sink.pre_commit(batch, version).state == "staged"
+    def test_float_keys_have_one_rule_in_every_mode(self, harness: Harness) -> None:
+        """-0.0 is the key 0.0 (stored as 0.0) and NaN is refused by name, whatever the
+        mode and cadence: direct write, pending versions committed together (coalesced
+        where the harness coalesces) and a recovered version."""
+
+        def signed(uri: str, *columns: str) -> list[tuple[Any, ...]]:  # -0.0 shows as "-0.0"
+            rows = support.rows(uri)
+            return sorted((str(r["id"]), *(r[c] for c in columns)) for r in rows)
+
+        def refused(sink: DeltaSink, batch: Any, version: int, error: type[Exception]) -> None:
+            marker, table = support.marker(sink.target, sink.app_id), signed(sink.target)
+            with pytest.raises(error, match=r"appear more than once|is NaN") as caught:
+                sink.write(batch, version)
+            assert caught.value.column == "id"
+            assert support.marker(sink.target, sink.app_id) == marker
+            assert support.staged_versions(sink.staging) == []
+            assert signed(sink.target) == table
+
+        nan, rows = float("nan"), harness.float_rows
+        upsert = harness.sink(MergeSpec(keys=["id"]))
+        upsert.write(rows((1.5, "a", "n1")), 0)  # direct
+        upsert.pre_commit(rows((0.0, "b", "n2")), 1)
+        upsert.pre_commit(rows((-0.0, "c", "n3"), (1.5, "x", "n3")), 2)
+        assert upsert.commit(2).committed_versions == [1, 2]
+        assert signed(harness.target, "value") == [("0.0", "c"), ("1.5", "x")]
+        upsert.pre_commit(rows((-0.0, "d", "n4")), 3)
+        crash_after_the_target_commit(upsert, 3)
+        upsert = harness.sink(MergeSpec(keys=["id"]))
+        upsert.recover()
+        assert signed(harness.target, "value") == [("0.0", "d"), ("1.5", "x")]
+        assert harness.marker() == 3
+        upsert.write(rows((-0.0, "e", "n5")), 4)  # direct
+        assert signed(harness.target, "value") == [("0.0", "e"), ("1.5", "x")]
+        refused(upsert, rows((0.0, "f", "n6"), (-0.0, "g", "n6")), 5, DuplicateKeyError)
+        refused(upsert, rows((nan, "f", "n6")), 5, InvalidKeyError)
+        with pytest.raises(KeyColumnError):  # InvalidKeyError is a KeyColumnError
+            upsert.pre_commit(rows((2.0, "f", "n6"), (nan, "g", "n6")), 5)
+        assert support.staged_versions(upsert.staging) == []
+
+        # A delete of -0.0 deletes 0.0; sequence_by picks one row of 0.0 and -0.0.
+        spec = MergeSpec(keys=["id"], sequence_by="note", delete_when="value = 'DEL'")
+        seq = DeltaSink(f"{harness.target}_seq", "seq", spec, **harness.sink_kwargs)
+        seq.write(rows((0.0, "a", "n1"), (-0.0, "b", "n2"), (2.0, "c", "n1")), 0)  # creates
+        assert signed(seq.target, "value", "note") == [("0.0", "b", "n2"), ("2.0", "c", "n1")]
+        seq.pre_commit(rows((-0.0, "c", "n3")), 1)
+        seq.pre_commit(rows((0.0, "DEL", "n4"), (-0.0, "d", "n1")), 2)
+        assert seq.commit(2).committed_versions == [1, 2]
+        assert signed(seq.target, "value") == [("2.0", "c")]
+        seq.pre_commit(rows((-0.0, "e", "n5")), 3)
+        seq.pre_commit(rows((0.0, "f", "n6")), 4)
+        assert seq.commit(4).committed_versions == [3, 4]
+        assert signed(seq.target, "value") == [("0.0", "f"), ("2.0", "c")]
+        refused(seq, rows((nan, "g", "n9")), 5, InvalidKeyError)
+
+        insert = DeltaSink(
+            f"{harness.target}_insert",
+            "ins",
+            MergeSpec(keys=["id"], mode="insert"),
+            **harness.sink_kwargs,
+        )
+        insert.write(rows((-0.0, "a", "n1")), 0)
+        insert.pre_commit(rows((0.0, "b", "n2")), 1)
+        insert.pre_commit(rows((-0.0, "c", "n3")), 2)
+        assert insert.commit(2).committed_versions == [1, 2]
+        assert signed(insert.target, "value") == [("0.0", "a")]
+        refused(insert, rows((0.0, "d", "n4"), (-0.0, "e", "n4")), 3, DuplicateKeyError)
+        refused(insert, rows((nan, "d", "n4")), 3, InvalidKeyError)
+
+    def test_float_keys_in_scd2_keep_one_current_row(self, harness: Harness) -> None:
+        spec = MergeSpec(mode="scd2", keys=["id"], sequence_by="note")
+        sink = harness.sink(spec)
+        rows = harness.float_rows
+
+        def history() -> list[tuple[Any, ...]]:
+            return sorted(
+                (str(r["id"]), r["value"], r["note"], r["valid_to"], r["is_current"])
+                for r in support.rows(harness.target)
+            )
+
+        sink.write(rows((0.0, "a", "n1")), 0)
+        sink.write(rows((-0.0, "b", "n2")), 1)  # one by one
+        sink.pre_commit(rows((-0.0, "c", "n3")), 2)
+        sink.pre_commit(rows((0.0, "d", "n4"), (-0.0, "late", "n0")), 3)
+        assert sink.commit(3).committed_versions == [2, 3]
+        assert history() == [
+            ("0.0", "a", "n1", "n2", False),
+            ("0.0", "b", "n2", "n3", False),
+            ("0.0", "c", "n3", "n4", False),
+            ("0.0", "d", "n4", None, True),
+            ("0.0", "late", "n0", "n1", False),
+        ]
+        assert harness.marker() == 3
+        with pytest.raises(DuplicateKeyError, match="one event per key and sequence_by"):
+            sink.write(rows((0.0, "x", "n7"), (-0.0, "y", "n7")), 4)
+        with pytest.raises(InvalidKeyError, match="'id' is NaN in 1 row"):
+            sink.write(rows((float("nan"), "x", "n7")), 4)
+        assert harness.marker() == 3
+        assert support.staged_versions(harness.staging) == []
+        assert len(history()) == 5
 
 
 class Crash(Exception):

@@ -30,7 +30,9 @@ Two parts, both plain Python over lists of dicts:
     delete event is a row only when the event before it is not an upsert (or there is
     none): keys and sequence only, valid from and to its own sequence, not current;
   - a batch without a column leaves it null on inserted rows and unchanged on updated
-    ones (schema evolution).
+    ones (schema evolution);
+  - float keys (every keyed mode): -0.0 is the key 0.0 and is stored as 0.0; a batch
+    with a NaN key is refused (:meth:`Protocol.refuses`): nothing is staged or applied.
 
 * :class:`Protocol` is the two-phase commit's bookkeeping (SPEC's vocabulary):
   ``pre_commit`` of a version ≤ committed or already staged stages nothing;
@@ -71,6 +73,25 @@ class Fold:
     #: ``scd2``: per key, its events: sequence -> the row (``None``: a delete).
     events: dict[tuple[Any, ...], dict[Any, Row | None]] = field(default_factory=dict)
 
+    @property
+    def keyed(self) -> bool:
+        """Whether rows are matched by :attr:`keys` (not ``append``/``replace``)."""
+        return self.mode not in ("append", "replace")
+
+    def refuses(self, batch: Sequence[Row]) -> bool:
+        """Whether the batch has a NaN key (refused by name, nothing written)."""
+        return self.keyed and any(
+            isinstance(row[k], float) and row[k] != row[k] for row in batch for k in self.keys
+        )
+
+    def _normal(self, row: Row) -> Row:
+        """``row`` with its float keys' -0.0 as 0.0 (``0.0 == -0.0`` in Python)."""
+        row = dict(row)
+        for k in self.keys:
+            if isinstance(row[k], float) and row[k] == 0:
+                row[k] = 0.0
+        return row
+
     def _one_per_key(self, batch: Sequence[Row]) -> list[Row]:
         if self.sequence_by is None:
             return list(batch)
@@ -87,6 +108,9 @@ class Fold:
         for name in [*columns, *(n for row in batch for n in row)]:
             if name not in self.columns:
                 self.columns.append(name)
+        assert not self.refuses(batch), "a NaN key is refused before it is staged"
+        if self.keyed:
+            batch = [self._normal(row) for row in batch]
         if self.mode == "append":
             self.appended.extend(dict(r) for r in batch)
             return
@@ -196,6 +220,12 @@ class Protocol:
     fold: Fold
     committed: int | None = None
     staged: dict[int, tuple[list[Row], tuple[str, ...]]] = field(default_factory=dict)
+
+    def refuses(self, version: int, batch: Sequence[Row]) -> bool:
+        """Whether ``pre_commit(version, batch)`` is refused (a NaN key): only a version
+        that would be staged is validated (a replay or duplicate is dropped first)."""
+        fresh = (self.committed is None or version > self.committed) and version not in self.staged
+        return fresh and self.fold.refuses(batch)
 
     def pre_commit(self, version: int, batch: Sequence[Row], columns: Sequence[str] = ()) -> bool:
         """Whether the version was staged (False: a duplicate, dropped)."""

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink._faults import FaultInjected, armed
-from deltasink.errors import DeltaSinkError
+from deltasink.errors import DeltaSinkError, InvalidKeyError
 from tests.oracle import Fold, Protocol, Row
 
 settings.register_profile(
@@ -132,7 +132,12 @@ KEY_TYPES: dict[str, tuple[list[pa.DataType], Callable[[int], list[Any]]]] = {
     "date": ([pa.date32()], lambda i: [dt.date(2024, 1, 1) + dt.timedelta(days=i)]),
     "decimal": ([pa.decimal128(18, 3)], lambda i: [Decimal(i).scaleb(-3)]),
     "composite": ([pa.int64(), pa.string()], lambda i: [i % 2, "k" * 35 + str(i // 2)]),
+    # index 2 is 0.0, written as -0.0 in every other row (Run.rows); index 5 is NaN in
+    # rows of sequence 3, which a keyed mode refuses by name (InvalidKeyError)
+    "float": ([pa.float64()], lambda i: [(i - 2) * 0.5]),
 }
+#: The "float" key type's indices of the signed zero and of the NaN.
+FLOAT_ZERO, FLOAT_NAN = 2, 5
 
 KEY_POOL = 6
 
@@ -248,6 +253,10 @@ class Run:
             row: Row = dict(zip(self.keys, KEY_TYPES[self.kind][1](key), strict=True))
             if self.spec.null_safe_keys and key == 0:
                 row[self.keys[0]] = None
+            if self.kind == "float" and key == FLOAT_ZERO and (version + i) % 2:
+                row["k"] = -0.0
+            if self.kind == "float" and key == FLOAT_NAN and seq == 3:
+                row["k"] = float("nan")
             row["v"] = f"{app}{version}.{i}"
             if self.partial:
                 row["w"] = f"w{app}{version}.{i}"
@@ -288,7 +297,10 @@ class Run:
             version = self.next["a"]
             self.next["a"] += 1
             table, rows = self.batch("a", version, drawn)
-            if op == "stage":
+            if model.refuses(version, rows):  # a NaN key: nothing staged or committed
+                with pytest.raises(InvalidKeyError, match="is NaN"):
+                    (a.pre_commit if op == "stage" else a.write)(table, version)
+            elif op == "stage":
                 a.pre_commit(table, version)
                 model.pre_commit(version, rows, table.column_names)
             else:
@@ -320,8 +332,12 @@ class Run:
             version = self.next["b"]
             self.next["b"] += 1
             table, rows = self.batch("b", version, drawn)
-            self.sinks["b"].write(table, version)
-            self.models["b"].write(version, rows, table.column_names)
+            if self.models["b"].refuses(version, rows):
+                with pytest.raises(InvalidKeyError, match="is NaN"):
+                    self.sinks["b"].write(table, version)
+            else:
+                self.sinks["b"].write(table, version)
+                self.models["b"].write(version, rows, table.column_names)
         elif op == "replay" and model.committed is not None:
             version = max(model.committed - pick, 0)
             table, rows = self.batch("a", version, drawn)  # other rows, same version
@@ -425,3 +441,50 @@ def test_a_null_sequence_value_is_refused_before_anything_is_written(tmp_path: P
     with pytest.raises(KeyColumnError, match="sequence_by column 'seq' is null"):
         sink.write(pa.table({"k": [1], "seq": pa.array([None], pa.int64())}), 0)
     assert not _exists(str(tmp_path / "t"))
+
+
+#: A history of the "float" key type: key 2 is written as 0.0 and as -0.0 (the sign
+#: flips with the version and row), pending versions coalesce it, a crash and a second
+#: app id touch it, and two batches with a NaN key (key 5 at sequence 3) are refused,
+#: once with versions pending.
+FLOAT_HISTORY: list[tuple[Any, ...]] = [
+    ("stage", [(2, 0, False)], 0, POINTS[0]),  # v0: 0.0
+    ("stage", [(2, 1, False), (1, 1, False)], 0, POINTS[0]),  # v1: -0.0
+    ("write", [(5, 3, False), (0, 0, False)], 0, POINTS[0]),  # v2: NaN, refused
+    ("commit", [], 0, POINTS[0]),  # v0 and v1, coalesced when allowed
+    ("stage", [(0, 2, False), (2, 2, True)], 0, POINTS[0]),  # v3: -0.0
+    ("crash", [], 0, "publish.after_target_commit"),
+    ("other", [(2, 1, False)], 0, POINTS[0]),  # b's v0: 0.0
+    ("stage", [(2, 3, False)], 0, POINTS[0]),  # v4: 0.0
+    ("stage", [(3, 0, False), (2, 0, False)], 0, POINTS[0]),  # v5: -0.0
+    ("stage", [(5, 3, False)], 0, POINTS[0]),  # v6: NaN, refused
+    ("write", [(2, 1, True)], 0, POINTS[0]),  # v7: -0.0
+]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "insert",
+        "scd2-delete",
+        "upsert",
+        "upsert-null-safe",
+        "upsert-sequence-delete",
+        "upsert-sequence-delete-update-columns",
+    ],
+)
+def test_signed_zero_and_nan_keys_equal_the_oracle(shape: str) -> None:
+    """One rule for float keys in every mode and cadence: -0.0 is the key 0.0 (stored as
+    0.0), a NaN key is refused by name. (``append`` has no keys and keeps both as data:
+    the property test above draws the "float" key type for it too.)"""
+    runs = [run_history(shape, "float", FLOAT_HISTORY, coalesce=c) for c in (True, False)]
+    for run in runs:
+        keys = [str(r["k"]) for r in DeltaTable(run.target).to_pyarrow_table().to_pylist()]
+        assert "-0.0" not in keys
+        assert "0.0" in keys
+        assert "nan" not in keys
+        if shape in ("insert", "upsert", "upsert-null-safe"):
+            assert keys.count("0.0") == 1
+    assert sorted(map(_canon, runs[0].fold.expected())) == sorted(
+        map(_canon, runs[1].fold.expected())
+    )

@@ -142,3 +142,31 @@ def test_custom_history_columns_and_timestamps(tmp_path: Path) -> None:
         ("x", t0, t0 + dt.timedelta(hours=1), False),
         ("y", t0 + dt.timedelta(hours=1), None, True),
     ]
+
+
+def test_a_target_key_of_minus_zero_is_the_batch_key_zero(tmp_path: Path) -> None:
+    """A history row written outside deltasink with the key -0.0 is the key 0.0 of a
+    later event: its interval ends there, and the key keeps one current row."""
+    from deltalake import write_deltalake
+
+    target = str(tmp_path / "t")
+    spec = MergeSpec(mode="scd2", keys=["k"], sequence_by="seq")
+    old = pa.table(
+        {
+            "k": pa.array([-0.0], pa.float64()),
+            "v": ["a"],
+            "seq": pa.array([1], pa.int64()),
+            START: pa.array([1], pa.int64()),
+            END: pa.array([None], pa.int64()),
+            NOW: [True],
+        }
+    )
+    write_deltalake(target, old)
+    batch = pa.table({"k": pa.array([0.0], pa.float64()), "v": ["b"], "seq": [2]})
+    DeltaSink(target, "a", spec).write(batch, 0)
+    rows = sorted(DeltaTable(target).to_pyarrow_table().to_pylist(), key=lambda r: r["seq"])
+    assert [(r["v"], r[START], r[END], r[NOW]) for r in rows] == [
+        ("a", 1, 2, False),
+        ("b", 2, None, True),
+    ]
+    assert DeltaTable(target).transaction_version("a") == 0

@@ -20,6 +20,7 @@ from deltasink.batch import (
     collect_empty,
     delete_expr,
     is_spark_dataframe,
+    nan_key_error,
     prepare,
     quote,
     spark_empty,
@@ -147,13 +148,14 @@ def prepare_frame(
     if expected is not None:
         target_arrow = expected.schema
     frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
+    frame, float_keys = _normalise_keys(frame, spec.keys)
     not_null = [
         f.name
         for f in (target_arrow or [])
         if not f.nullable and f.name in zero.column_names and f.name != DELETE_COLUMN
     ]
     bounded = _bounded_keys(spec, target, frame)
-    stats, bounds = _batch_stats(frame, spec, not_null, bounded)
+    stats, bounds = _batch_stats(frame, spec, not_null, bounded, float_keys)
     for i, name in enumerate(spec.required_columns):
         if stats[f"null_{i}"] and not spec.nullable(name):
             role = spec.role(name)
@@ -171,6 +173,9 @@ def prepare_frame(
                 table=table,
                 column=name,
             )
+    for i, name in enumerate(float_keys):
+        if stats[f"nan_{i}"]:
+            raise nan_key_error(name, stats[f"nan_{i}"])
     rows = stats["n"]
     if spec.mode == "scd2":  # one event per key and sequence value
         if stats["keys"] != stats["n"]:
@@ -240,11 +245,35 @@ def _bounded_keys(spec: MergeSpec, target: Any | None, frame: Any) -> list[str]:
     ]
 
 
+def _normalise_keys(frame: Any, keys: Sequence[str]) -> tuple[Any, list[str]]:
+    """:func:`deltasink.batch.normalise_keys` in the plan: each float key's -0.0
+    becomes 0.0 (its type kept), so the duplicate check, the staged rows and every
+    later MERGE see one key. Returns the frame and its float keys (whose NaN values
+    :func:`_batch_stats` counts)."""
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    floats = [k for k in keys if types[k].typeName() in ("float", "double")]
+    if not floats:
+        return frame, []
+    select = []
+    for name in frame.columns:
+        if name in floats:
+            zero = f"CAST(0 AS {ddl_type(types[name])})"
+            column = quote(name)
+            select.append(f"CASE WHEN {column} = {zero} THEN {zero} ELSE {column} END AS {column}")
+        else:
+            select.append(quote(name))
+    return frame.selectExpr(*select), floats
+
+
 def _batch_stats(
-    frame: Any, spec: MergeSpec, not_null: Sequence[str], bounded: Sequence[str] = ()
+    frame: Any,
+    spec: MergeSpec,
+    not_null: Sequence[str],
+    bounded: Sequence[str] = (),
+    float_keys: Sequence[str] = (),
 ) -> tuple[dict[str, int], dict[str, Any]]:
-    """The validating aggregation: counts (nulls, NOT NULL violations, distinct keys),
-    and the bounds of ``bounded`` keys (:func:`~.prune.bound_exprs`)."""
+    """The validating aggregation: counts (nulls, NOT NULL violations, NaN float keys,
+    distinct keys), and the bounds of ``bounded`` keys (:func:`~.prune.bound_exprs`)."""
     exprs = ["count(1) AS `n`"]
     for i, name in enumerate(spec.required_columns):
         exprs.append(f"sum(CASE WHEN {quote(name)} IS NULL THEN 1 ELSE 0 END) AS `null_{i}`")
@@ -253,6 +282,8 @@ def _batch_stats(
         exprs.append(
             f"sum(CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END) AS `notnull_{i}`"
         )
+    for i, name in enumerate(float_keys):
+        exprs.append(f"sum(CASE WHEN isnan({quote(name)}) THEN 1 ELSE 0 END) AS `nan_{i}`")
     if spec.keys:
         listed = ", ".join(quote(k) for k in spec.event_columns)
         # count(DISTINCT a, b) skips rows with a null; a struct is never null
