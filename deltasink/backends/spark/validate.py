@@ -119,7 +119,7 @@ def prepare_frame(df: Any, spec: MergeSpec, target: Any | None, *, table: str) -
     if spec.replace_where or spec.target_predicate:  # every row satisfies them
         check_row_predicates(df, spec, zero.column_names)
     target_arrow: pa.Schema | None = None if target is None else spark_empty(target).schema
-    frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
+    frame = df.selectExpr("*", delete_expr(spec)) if spec.delete_when else df
     not_null = [
         f.name
         for f in (target_arrow or [])
@@ -183,8 +183,9 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
     condition = spec.not_matched_by_source_condition
     if condition is None or target is None:
         return
+    rendered = spec.predicate("not_matched_by_source_condition", "spark")
     try:
-        target.alias("t").where(condition).schema  # noqa: B018 (analysis only)
+        target.alias("t").where(rendered).schema  # noqa: B018 (analysis only)
     except Exception as exc:
         raise InvalidInputError(
             f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
