@@ -176,7 +176,11 @@ def _check_names(names: Sequence[str]) -> None:
         )
 
 
-def delete_expr(predicate: str) -> str:
+def delete_expr(spec: MergeSpec) -> str:
+    """The Spark SQL column of the delete flag: ``spec.delete_when`` as parsed and
+    re-emitted (:meth:`MergeSpec.predicate`), a null result counting as false."""
+    predicate = spec.predicate("delete_when", "spark")
+    assert predicate is not None
     return f"coalesce(({predicate}), false) AS {quote(DELETE_COLUMN)}"
 
 
@@ -205,7 +209,7 @@ def _spark_to_arrow(
     if not spec.delete_when:
         return to_arrow(df, ordered)
     try:
-        flagged = to_arrow(df.selectExpr("*", delete_expr(spec.delete_when)), ordered)
+        flagged = to_arrow(df.selectExpr("*", delete_expr(spec)), ordered)
     except InvalidInputError:
         raise
     except Exception as exc:
@@ -283,8 +287,8 @@ def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) ->
     checks = [
         (name, predicate)
         for name, predicate in (
-            ("replace_where", spec.replace_where),
-            ("target_predicate", spec.target_predicate),
+            ("replace_where", spec.predicate("replace_where", "spark")),
+            ("target_predicate", spec.predicate("target_predicate", "spark")),
         )
         if predicate
     ]
@@ -298,12 +302,12 @@ def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) ->
         aliased = frame.alias("t") if spec.target_predicate else frame
         row = aliased.selectExpr(counts).collect()[0].asDict()
     except Exception as exc:
-        listed = " and ".join(f"MergeSpec.{n} {p!r}" for n, p in checks)
+        listed = " and ".join(f"MergeSpec.{n} {getattr(spec, n)!r}" for n, _ in checks)
         raise InvalidInputError(
             f"{listed} is not a valid Spark SQL predicate over the batch columns "
             f"{list(columns)}: {exc}"
         ) from exc
-    for name, predicate in checks:
+    for name, _ in checks:
         if row[name]:
             why = (
                 "a version may only write rows of the slice it replaces"
@@ -313,7 +317,7 @@ def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) ->
             )
             raise InvalidInputError(
                 f"{row[name]} row(s) of the batch do not satisfy MergeSpec.{name} "
-                f"{predicate!r}: {why}. Filter them in the job."
+                f"{getattr(spec, name)!r}: {why}. Filter them in the job."
             )
 
 
@@ -347,9 +351,7 @@ def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
         frame = spark.createDataFrame(spark_input(numbered))
     assert spec.delete_when is not None
     try:
-        flagged = spark_arrow(frame.selectExpr(quote(_ROW), delete_expr(spec.delete_when))).sort_by(
-            _ROW
-        )
+        flagged = spark_arrow(frame.selectExpr(quote(_ROW), delete_expr(spec))).sort_by(_ROW)
     except InvalidInputError:
         raise
     except Exception as exc:  # the rows came from Arrow: it is the predicate

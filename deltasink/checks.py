@@ -23,6 +23,20 @@ A check is any callable taking a :class:`StagedBatch` and returning ``None`` or
 SQL checks run on Spark SQL with the staged rows as the relation ``staged``: on the
 job's session for the Spark engine, on the embedded engine otherwise.
 
+A check that cannot work is a configuration error, never a quarantine
+(:class:`~deltasink.errors.ConfigurationError`, nothing staged):
+
+* when it is made or the sink is built (:func:`validate`): a check that is not a
+  callable of one argument (``checks=[1]``, ``checks=[checks.expect]``), a built-in
+  with invalid arguments, a ``sql``/``expect`` text that does not parse as exactly
+  one query / one boolean expression (:mod:`deltasink.predicates`);
+* on the first batch, and again whenever the batch's schema changes
+  (:func:`validate_on`): a built-in naming a column the batch does not have, a SQL
+  check that does not analyse over the batch's columns (an unknown column, table or
+  function).
+
+Quarantine is for data that fails a valid check.
+
 The job's checks are recorded in the staging table beside the MergeSpec
 (:func:`encode`), so an operator's ``recover`` (the CLI, the maintenance job: a sink
 created without ``checks``) runs the same built-in checks (:func:`decode`). A plain
@@ -32,7 +46,11 @@ callable cannot be recorded, only its name: such a sink refuses to publish
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
+import numbers
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,18 +58,24 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltasink.errors import ConfigurationError
+from deltasink.predicates import parse_query, render, render_query
+
 __all__ = [
     "Check",
     "StagedBatch",
     "decode",
     "encode",
     "expect",
+    "needs_validation",
     "no_nulls",
     "row_count_between",
     "row_count_within",
     "run_checks",
     "sql",
     "unique",
+    "validate",
+    "validate_on",
 ]
 
 Check = Callable[["StagedBatch"], "str | bool | None"]
@@ -96,11 +120,15 @@ class StagedBatch:
         return self._cache["df"]
 
     def sql(self, query: str) -> Any:
-        """Run Spark SQL where ``staged`` names this batch; returns a DataFrame."""
+        """Run Spark SQL where ``staged`` names this batch; returns a DataFrame.
+
+        Raises:
+            ConfigurationError: ``query`` is not exactly one query.
+        """
         df = self.dataframe()
         view = f"deltasink_staged_{id(self)}_{self.version}"
         df.createOrReplaceTempView(view)
-        return df.sparkSession.sql(_with_staged(query, view))
+        return df.sparkSession.sql(render_query(query, view))
 
     @property
     def previous_rows(self) -> float | None:
@@ -114,15 +142,6 @@ class StagedBatch:
 #: Rows a failing ``sql``/``expect`` check looks at (and quotes, with samples on).
 SAMPLE_ROWS = 3
 _NOT_SHOWN = " (rows not quoted; DeltaSink(..., check_samples=True) quotes them)"
-
-
-def _with_staged(query: str, view: str) -> str:
-    """Bind the name ``staged`` to ``view`` with a CTE in front of ``query``."""
-    binding = f"staged AS (SELECT * FROM {view})"
-    head = query.lstrip()
-    if head[:4].upper() == "WITH" and head[4:5].isspace():
-        return f"WITH {binding}, {head[5:]}"
-    return f"WITH {binding} {head}"
 
 
 def _name(check: Check) -> str:
@@ -147,7 +166,7 @@ class no_nulls:
     columns: tuple[str, ...]
 
     def __init__(self, *columns: str) -> None:
-        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "columns", _column_names("no_nulls", columns))
 
     @property
     def name(self) -> str:
@@ -170,7 +189,7 @@ class unique:
     columns: tuple[str, ...]
 
     def __init__(self, *columns: str) -> None:
-        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "columns", _column_names("unique", columns))
 
     @property
     def name(self) -> str:
@@ -194,6 +213,19 @@ class row_count_between:
     minimum: int = 0
     maximum: int | None = None
 
+    def __post_init__(self) -> None:
+        bounds = (self.minimum,) if self.maximum is None else (self.minimum, self.maximum)
+        if any(isinstance(b, bool) or not isinstance(b, numbers.Integral) for b in bounds):
+            raise ConfigurationError(
+                f"checks.row_count_between takes whole numbers, got ({self.minimum!r}, "
+                f"{self.maximum!r})."
+            )
+        if self.minimum < 0 or (self.maximum is not None and self.maximum < self.minimum):
+            raise ConfigurationError(
+                f"checks.row_count_between({self.minimum}, {self.maximum}) passes no "
+                "batch: it needs 0 <= minimum <= maximum."
+            )
+
     @property
     def name(self) -> str:
         return f"row_count_between({self.minimum}, {self.maximum})"
@@ -210,6 +242,13 @@ class row_count_within:
     ``percent`` % (passes when there is no previous batch)."""
 
     percent: float
+
+    def __post_init__(self) -> None:
+        percent: object = self.percent
+        if isinstance(percent, bool) or not isinstance(percent, int | float) or not percent >= 0:
+            raise ConfigurationError(
+                f"checks.row_count_within takes a percentage >= 0, got {self.percent!r}."
+            )
 
     @property
     def name(self) -> str:
@@ -237,6 +276,11 @@ class sql:
     query: str
     label: str | None = None
 
+    def __post_init__(self) -> None:
+        parse_query(self.query, "checks.sql")  # exactly one query, or refused by name
+        if self.label is not None and not isinstance(self.label, str):
+            raise ConfigurationError(f"checks.sql label must be a string, got {self.label!r}.")
+
     @property
     def name(self) -> str:
         return self.label or f"sql({self.query!r})"
@@ -256,11 +300,129 @@ class sql:
 
 
 def expect(predicate: str, *, label: str | None = None) -> sql:
-    """Fail if any row violates ``predicate`` (a Spark SQL boolean expression)."""
+    """Fail if any row violates ``predicate`` (a Spark SQL boolean expression; a null
+    result counts as a violation).
+
+    Raises:
+        ConfigurationError: ``predicate`` is not exactly one boolean expression
+            (:mod:`deltasink.predicates`); it is re-emitted from its parse, never
+            spliced as written.
+    """
+    rendered = render(predicate, "spark", "checks.expect")
     return sql(
-        f"SELECT * FROM staged WHERE NOT coalesce(({predicate}), false)",
+        f"SELECT * FROM staged WHERE NOT coalesce(({rendered}), false)",
         label=label or f"expect({predicate!r})",
     )
+
+
+def _column_names(check: str, columns: tuple[object, ...]) -> tuple[str, ...]:
+    if not columns or not all(isinstance(c, str) and c for c in columns):
+        raise ConfigurationError(
+            f"checks.{check} takes one or more column names, got {list(columns)!r}."
+        )
+    return tuple(str(c) for c in columns)
+
+
+#: What a check may not be: the factories and classes of this module themselves.
+_NOT_CHECKS: tuple[object, ...] = (expect,)
+
+
+def validate(checks: object) -> tuple[Check, ...] | None:
+    """The ``checks`` a sink was given, validated when it is built.
+
+    Args:
+        checks: ``None`` (run the recorded checks) or a sequence of checks.
+
+    Returns:
+        The checks as a tuple (``None`` for ``None``).
+
+    Raises:
+        ConfigurationError: ``checks`` is not a list or tuple, or one of them is not a
+            callable taking one argument (a :class:`StagedBatch`): e.g. ``1``,
+            ``checks.expect`` itself instead of ``checks.expect("...")``, a class.
+    """
+    if checks is None:
+        return None
+    if isinstance(checks, str | bytes) or not isinstance(checks, Sequence):
+        raise ConfigurationError(
+            f"checks must be a list of checks (e.g. [checks.no_nulls('id')]), got {checks!r}."
+        )
+    for position, check in enumerate(checks):
+        problem = _problem(check)
+        if problem:
+            raise ConfigurationError(
+                f"checks[{position}] = {check!r} {problem}. A check is a built-in of "
+                'deltasink.checks (e.g. checks.expect("amount >= 0")) or a function '
+                "taking the StagedBatch and returning None/True (pass), or False/a message "
+                "(fail)."
+            )
+    return tuple(checks)
+
+
+def _problem(check: object) -> str | None:
+    """Why ``check`` cannot be a check, or ``None``."""
+    if isinstance(check, type):
+        return "is a class, not a check (call it to make one)"
+    if any(check is factory for factory in _NOT_CHECKS):
+        return "is the factory, not a check (call it to make one)"
+    if not callable(check):
+        return "is not callable"
+    try:
+        signature = inspect.signature(check)
+    except (TypeError, ValueError):  # a builtin without a signature: let it run
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        return f"cannot be called with one argument (its signature is {signature})"
+    return None
+
+
+def needs_validation(checks: Sequence[Check]) -> bool:
+    """Whether :func:`validate_on` has anything to look at in ``checks``."""
+    return any(isinstance(c, no_nulls | unique | sql) for c in checks)
+
+
+def validate_on(checks: Sequence[Check], columns: Sequence[str], frame: Callable[[], Any]) -> None:
+    """Validate ``checks`` against a batch with ``columns`` (deltasink's system columns
+    removed), before it is staged: the built-ins' columns exist, and each SQL check
+    analyses over ``frame()``, a zero-row DataFrame of the batch's schema on the engine
+    that runs SQL checks (called only when there is a SQL check).
+
+    Raises:
+        ConfigurationError: A check that could never pass or fail on its merits.
+    """
+    names = set(columns)
+    for check in checks:
+        if isinstance(check, no_nulls | unique):
+            missing = [c for c in check.columns if c not in names]
+            if missing:
+                raise ConfigurationError(
+                    f"check {check.name} names column(s) {missing} that the batch does not "
+                    f"have (it has {list(columns)}); nothing was staged. Fix the check.",
+                    column=missing[0],
+                )
+    queries = [c for c in checks if isinstance(c, sql)]
+    if not queries:
+        return
+    df = frame()
+    view = f"deltasink_check_{uuid.uuid4().hex}"
+    df.createOrReplaceTempView(view)
+    try:
+        for check in queries:
+            try:
+                df.sparkSession.sql(render_query(check.query, view)).schema  # noqa: B018
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # zero rows: only the query can be at fault
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise ConfigurationError(
+                    f"check {check.name} does not analyse over the batch's columns "
+                    f"{list(columns)}: {first}. Nothing was staged; fix the check."
+                ) from exc
+    finally:
+        with contextlib.suppress(Exception):  # clean-up only
+            df.sparkSession.catalog.dropTempView(view)
 
 
 def _describe(check: Check) -> dict[str, Any]:

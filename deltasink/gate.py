@@ -36,7 +36,7 @@ def audit_group(
             if reason is not None:
                 participant.quarantine(staged.version, reason)
         if reason is not None:
-            logger.warning(
+            logger.error(
                 "app %r: version %s is quarantined (%s); it and later versions wait "
                 "until it is aborted or re-staged",
                 app_id,

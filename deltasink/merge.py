@@ -4,6 +4,8 @@ The plan is the single source of truth for what a commit does to the target. It 
 rendered to a delta-rs ``TableMerger`` (embedded backend) and to Spark SQL
 ``MERGE INTO`` (Spark backend). Conditions are written in the SQL both engines parse:
 backtick-quoted identifiers, ``s``/``t`` aliases, ``AND``/``OR``/``NOT``/``IS NULL``.
+The user's predicates enter them re-emitted from their parse for the engine's parser
+(:meth:`MergeSpec.predicate`), never as written.
 
 For ``upsert`` the clauses are, in order (first matching clause wins)::
 
@@ -30,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote
+from deltasink.predicates import Dialect
 from deltasink.spec import MergeSpec
 
 __all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges", "replace_predicate"]
@@ -167,7 +170,8 @@ def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False)
             is checked for such types before it is staged).
     """
     literal = _spark_literal if spark else _literal
-    parts = [f"({spec.replace_where})"] if spec.replace_where else []
+    where = spec.predicate("replace_where", "spark" if spark else "delta-rs")
+    parts = [f"({where})"] if where else []
     if spec.replace_by:
         columns = list(spec.replace_by)
         distinct = values.select(columns).group_by(columns).aggregate([]).to_pylist()
@@ -218,6 +222,7 @@ def compile_merge(
     has_delete: bool,
     prune: str | None = None,
     has_guard: bool = False,
+    spark: bool = False,
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -230,7 +235,11 @@ def compile_merge(
         has_guard: Whether the batch carries :data:`~deltasink.batch.GUARD_COLUMN`
             (a coalesced batch with ``sequence_by`` and deletes), the sequence value
             a target row is compared with.
+        spark: Render the user's predicates (``target_predicate``,
+            ``not_matched_by_source_condition``) for Spark SQL (else for delta-rs);
+            either way re-emitted from their parse, never spliced as written.
     """
+    dialect: Dialect = "spark" if spark else "delta-rs"
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
     if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
@@ -243,8 +252,9 @@ def compile_merge(
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
-    if spec.target_predicate:  # the user's pruning predicate, checked on every batch row
-        on = f"{on} AND ({spec.target_predicate})"
+    target_predicate = spec.predicate("target_predicate", dialect)
+    if target_predicate:  # the user's pruning predicate, checked on every batch row
+        on = f"{on} AND ({target_predicate})"
     if prune:
         on = f"{on} AND {prune}"
     data_columns = tuple(c for c in columns if c not in (DELETE_COLUMN, GUARD_COLUMN))
@@ -264,6 +274,10 @@ def compile_merge(
     clauses.append(Clause("not_matched", "insert", not_delete if spec.mode == "upsert" else None))
     if spec.when_not_matched_by_source == "delete":
         clauses.append(
-            Clause("not_matched_by_source", "delete", spec.not_matched_by_source_condition)
+            Clause(
+                "not_matched_by_source",
+                "delete",
+                spec.predicate("not_matched_by_source_condition", dialect),
+            )
         )
     return MergePlan(on, tuple(clauses), data_columns, updates)

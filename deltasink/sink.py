@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar,
 from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
+from deltasink.checks import validate as validate_checks
 from deltasink.committables import GcResult
 from deltasink.errors import ConfigurationError, QuarantinedError
 from deltasink.failures import storage_failure
@@ -122,14 +123,18 @@ class DeltaSink:
             quarantined. They are recorded in the staging table, and a sink created
             without ``checks`` (``None``: an operator's sink, the CLI) runs the recorded
             built-in ones, so it never publishes what the job would not. Pass ``()``
-            for a job without checks.
+            for a job without checks. A check that cannot work is a
+            :class:`~deltasink.errors.ConfigurationError`, never a quarantine: here
+            (not a callable of one argument, a SQL text that does not parse), or at
+            the first batch, before anything is staged (a column the batch does not
+            have, a SQL check that does not analyse).
         unverifiable_checks: For a sink without ``checks``: when the recorded checks
             include plain callables (which only the job can run), ``"refuse"``
             (default: :class:`~deltasink.errors.UnverifiableChecksError`, nothing
             published) or ``"skip"`` them (run the recorded built-ins only).
         on_quarantine: When a call (``write``, ``foreach_batch``, ``commit``,
             ``recover``) quarantines a version or stops at one: ``"continue"``
-            (default: the report says so, with a warning logged; a stream goes on
+            (default: the report says so, with an error logged; a stream goes on
             staging later batches behind it) or ``"raise"``
             :class:`~deltasink.errors.QuarantinedError` after the call, which stops a
             streaming query until the version is aborted or re-staged.
@@ -151,7 +156,7 @@ class DeltaSink:
     fencing). Create one sink per job and keep it.
 
     Raises:
-        ConfigurationError: Invalid arguments.
+        ConfigurationError: Invalid arguments (a check that is not a check included).
     """
 
     def __init__(
@@ -190,6 +195,7 @@ class DeltaSink:
             raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
         if table is not None and not isinstance(table, TableSpec):
             raise ConfigurationError(f"table must be a TableSpec or None, got {table!r}.")
+        checks = validate_checks(checks)
         if on_quarantine not in ("continue", "raise"):
             raise ConfigurationError(
                 f"on_quarantine must be 'continue' or 'raise', got {on_quarantine!r}."

@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
+from deltasink.predicates import Dialect, parse_predicate, render
 
-__all__ = ["MergeMode", "MergeSpec", "NotMatchedBySource"]
+__all__ = ["PREDICATES", "MergeMode", "MergeSpec", "NotMatchedBySource", "PredicateField"]
 
 MergeMode = Literal["upsert", "insert", "append", "replace", "scd2"]
 #: What an ``upsert`` does to target rows whose key is not in the batch.
@@ -17,6 +18,13 @@ NotMatchedBySource = Literal["ignore", "delete"]
 
 #: ``scd2`` history columns when :attr:`MergeSpec.history_columns` is not given.
 DEFAULT_HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
+
+#: The fields holding SQL predicates the user writes (each parsed as exactly one
+#: boolean expression when the spec is built: :mod:`deltasink.predicates`).
+PredicateField = Literal[
+    "delete_when", "replace_where", "target_predicate", "not_matched_by_source_condition"
+]
+PREDICATES: tuple[PredicateField, ...] = get_args(PredicateField)
 
 #: Column-name prefix reserved for deltasink's own columns in the staging table.
 RESERVED_PREFIX = "_deltasink_"
@@ -119,8 +127,15 @@ class MergeSpec:
     ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are
     committed one target commit each (see :attr:`coalescable`).
 
+    Every predicate (``delete_when``, ``replace_where``, ``target_predicate``,
+    ``not_matched_by_source_condition``) is Spark SQL, parsed when the spec is built as
+    exactly one row-level boolean expression (:mod:`deltasink.predicates`): no second
+    expression or statement, no unbalanced parenthesis, no subquery, aggregate or
+    window. The engines are given the parsed expression re-emitted, never the text.
+
     Raises:
-        ConfigurationError: The combination is invalid (e.g. ``upsert`` without keys).
+        ConfigurationError: The combination is invalid (e.g. ``upsert`` without keys),
+            or a predicate is not exactly one boolean expression.
     """
 
     keys: Sequence[str] = ()
@@ -193,7 +208,7 @@ class MergeSpec:
                 )
             if not isinstance(self.delete_when, str) or not self.delete_when.strip():
                 raise ConfigurationError(
-                    "delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
+                    "MergeSpec.delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
         self._check_history(keys)
         self._check_target_predicate()
@@ -208,6 +223,17 @@ class MergeSpec:
             raise ConfigurationError(
                 "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
             )
+        for name in PREDICATES:  # exactly one boolean expression each, or refused
+            text = getattr(self, name)
+            if text is not None:
+                parse_predicate(text, f"MergeSpec.{name}")
+
+    def predicate(self, name: PredicateField, dialect: Dialect) -> str | None:
+        """The predicate field ``name`` as the SQL given to ``dialect``'s parser: its
+        parse re-emitted (:func:`deltasink.predicates.render`), never the text as
+        written; ``None`` when unset."""
+        text: str | None = getattr(self, name)
+        return None if text is None else render(text, dialect, f"MergeSpec.{name}")
 
     def _check_target_predicate(self) -> None:
         """Validate ``target_predicate``."""

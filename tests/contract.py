@@ -35,6 +35,7 @@ from deltasink import (
     StorageError,
     TableDefinitionError,
     TableSpec,
+    checks,
 )
 from deltasink._faults import FaultInjected, armed
 from tests import support
@@ -680,6 +681,111 @@ class SinkContract:
             sink.write(harness.rows((1, "x", "n7"), (1, "y", "n7")), 4)
         assert harness.marker() == 3
         assert history() == expected
+
+    def test_user_predicates_reach_the_engine_parsed_and_reemitted(self, harness: Harness) -> None:
+        """Spark SQL string escapes and comments in every predicate: each engine gets the
+        parsed expression re-emitted for its own parser (delta-rs reads ``'it\\'s'``
+        as an unterminated string; a ``--`` comment spliced into a larger expression
+        swallows the rest of it)."""
+        spec = MergeSpec(
+            keys=["id"],
+            delete_when="note = 'it\\'s' -- a delete, not ) OR (1=1",
+            target_predicate="t.value <> 'x\\'y' /* no such value */",
+        )
+        sink = harness.sink(spec)
+        sink.write(harness.rows((1, "a", "n"), (2, "b", "n")), 0)
+        sink.write(harness.rows((1, "a2", "it's"), (3, "c", "n")), 1)  # deletes 1
+        assert harness.contents() == [(2, "b", "n"), (3, "c", "n")]
+        assert harness.marker() == 1
+
+        sync = MergeSpec(
+            keys=["id"],
+            when_not_matched_by_source="delete",
+            not_matched_by_source_condition="t.note = 'it\\'s'",
+        )
+        synced = DeltaSink(harness.target, "sync", sync, **harness.sink_kwargs)
+        synced.write(harness.rows((4, "d", "it's")), 0)  # 2 and 3 fail the condition
+        synced.write(harness.rows((5, "e", "n")), 1)  # 4 is absent: deleted
+        assert harness.contents() == [(2, "b", "n"), (3, "c", "n"), (5, "e", "n")]
+
+        reload = MergeSpec(mode="replace", replace_where="note = 'it\\'s'")
+        replaced = DeltaSink(harness.target, "reload", reload, **harness.sink_kwargs)
+        replaced.write(harness.rows((6, "f", "it's")), 0)
+        replaced.write(harness.rows((7, "g", "it's")), 1)  # 6 is in the slice: replaced
+        assert harness.contents() == [(2, "b", "n"), (3, "c", "n"), (5, "e", "n"), (7, "g", "it's")]
+        assert support.marker(harness.target, "sync") == 1
+        assert support.marker(harness.target, "reload") == 1
+
+    def test_injected_predicates_are_refused_before_anything_is_written(
+        self, harness: Harness
+    ) -> None:
+        harness.sink().write(harness.rows((1, "a", "x"), (2, "b", "y")), 0)
+        forms = [
+            "note = 'x') OR (1=1",  # the stray parentheses of the issue
+            "note = 'x'; DELETE FROM t",
+            "note = 'x' /* OR 1=1",
+            "note = 'x', 1 = 1",
+            "1 + 1",
+            "note IN (SELECT note FROM t)",
+        ]
+        for form in forms:
+            with pytest.raises(ConfigurationError, match=r"MergeSpec\.delete_when"):
+                MergeSpec(keys=["id"], delete_when=form)
+            with pytest.raises(ConfigurationError, match=r"MergeSpec\.target_predicate"):
+                MergeSpec(keys=["id"], target_predicate=form)
+            with pytest.raises(ConfigurationError, match=r"MergeSpec\.replace_where"):
+                MergeSpec(mode="replace", replace_where=form)
+            with pytest.raises(ConfigurationError, match=r"checks\.expect"):
+                checks.expect(form)
+        # A predicate that parses but names no column of the batch: refused at the
+        # first batch by the engine's analysis, nothing written.
+        sink = DeltaSink(
+            harness.target,
+            "unknown",
+            MergeSpec(keys=["id"], delete_when="nosuchcol = 'D'"),
+            **harness.sink_kwargs,
+        )
+        with pytest.raises(InvalidInputError, match=r"MergeSpec\.delete_when .nosuchcol = 'D'. is"):
+            sink.write(harness.rows((1, "z", "x")), 0)
+        assert support.marker(harness.target, "unknown") is None
+        assert support.staged_versions(sink.staging) == []
+        assert harness.contents() == [(1, "a", "x"), (2, "b", "y")]
+
+    def test_a_broken_check_is_a_configuration_error_not_a_quarantine(
+        self, harness: Harness, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        for broken in ([1], [checks.expect], [checks.no_nulls], checks.no_nulls("id")):
+            with pytest.raises(ConfigurationError, match="check"):
+                harness.sink(checks=broken)
+        for check in (
+            checks.expect("nosuchcol > 0"),
+            checks.no_nulls("id", "nosuchcol"),
+            checks.sql("SELECT * FROM staged JOIN no_such_table USING (id)"),
+        ):
+            sink = harness.sink(checks=[check])
+            with pytest.raises(ConfigurationError, match=r"Nothing was staged|nothing was staged"):
+                sink.write(harness.batch(1, 2), 0)
+            with pytest.raises(ConfigurationError):
+                sink.pre_commit(harness.batch(1, 2), 0)
+            status = sink.status()
+            assert (status.pending_versions, status.quarantined) == ([], {})
+            assert support.staged_versions(sink.staging) == []
+            assert harness.marker() is None
+        # Only data failing a valid check is quarantined: logged at ERROR, in the report.
+        sink = harness.sink(checks=[checks.expect("id < 3")])
+        assert sink.foreach_batch(harness.batch(1, 2), 0).committed_versions == [0]
+        with caplog.at_level(logging.WARNING, "deltasink"):
+            report = sink.foreach_batch(harness.batch(3), 1)
+        assert report.quarantined_versions == [1]
+        assert report.results[0].message == (
+            "check expect('id < 3') failed: returned 1 row(s) (rows not quoted; "
+            "DeltaSink(..., check_samples=True) quotes them)"
+        )
+        (logged,) = [r for r in caplog.records if "is quarantined" in r.getMessage()]
+        assert logged.levelno == logging.ERROR
+        assert harness.ids() == [1, 2]
+        assert harness.marker() == 0
+        assert sink.status().quarantined == {1: report.results[0].message}
 
     def test_scd2_refuses_a_target_without_history_columns_before_writing(
         self, harness: Harness

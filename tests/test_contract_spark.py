@@ -275,6 +275,9 @@ class TestSparkBackendSparkLogs(SinkContract):
     test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included = None
     test_target_predicate_prunes_and_refuses_rows_outside_it = None
     test_scd2_refuses_a_target_without_history_columns_before_writing = None
+    test_user_predicates_reach_the_engine_parsed_and_reemitted = None
+    test_injected_predicates_are_refused_before_anything_is_written = None
+    test_a_broken_check_is_a_configuration_error_not_a_quarantine = None
 
 
 # -- the Spark backend's own guarantees -----------------------------------------------------

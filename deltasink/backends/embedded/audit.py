@@ -10,7 +10,15 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from deltasink.batch import DELETE_COLUMN, spark_input
-from deltasink.checks import Check, StagedBatch, decode, encode, run_checks
+from deltasink.checks import (
+    Check,
+    StagedBatch,
+    decode,
+    encode,
+    needs_validation,
+    run_checks,
+    validate_on,
+)
 from deltasink.errors import UnverifiableChecksError
 from deltasink.history import HistoryEntry, previous_rows
 from deltasink.protocol import StagedVersion
@@ -56,6 +64,33 @@ class Auditor:
         self.samples = samples
         self._data = data
         self._history = history
+        self._validated: pa.Schema | None = None  # the schema the checks were validated on
+
+    def validate(self, data: pa.Table) -> None:
+        """Validate the job's checks against a prepared batch before it is staged
+        (:func:`~deltasink.checks.validate_on`), on the first batch and whenever the
+        schema changes; SQL checks are analysed on the embedded engine.
+
+        Raises:
+            ConfigurationError: A check that cannot work on this batch.
+        """
+        if not self.own_checks or not needs_validation(self.checks):
+            return
+        schema = data.schema
+        if DELETE_COLUMN in schema.names:
+            schema = schema.remove(schema.get_field_index(DELETE_COLUMN))
+        if self._validated is not None and self._validated.equals(schema):
+            return
+
+        def frame() -> Any:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            from .session import embedded_spark
+
+            return embedded_spark().createDataFrame([], schema=from_arrow_schema(schema))
+
+        validate_on(self.checks, schema.names, frame)
+        self._validated = schema
 
     def encoded(self) -> str:
         """The job's checks as recorded in the staging table."""

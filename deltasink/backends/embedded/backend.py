@@ -190,6 +190,7 @@ class EmbeddedBackend:
         data = self._prepare(batch, spec, self._schema_before(version))
         self.target.check_writable(data.column_names)
         self.target.check_condition(spec)
+        self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)
 
     def _schema_before(self, version: int) -> pa.Schema | None:
@@ -399,6 +400,7 @@ class EmbeddedBackend:
 
     def restage(self, batch: object, version: int) -> StagedVersion:
         data = self._prepare(batch, self.spec_for_staged(), self._schema_before(version))
+        self._auditor.validate(data)
         epoch = self._fence(data.schema)
         assert epoch is not None
         self._staged.drop([version])  # whatever happens next, never the old rows

@@ -122,8 +122,9 @@ class TargetTable:
         table = self.open(fresh=False)
         if table is None:  # the first version creates the target: nothing to delete
             return
+        rendered = spec.predicate("not_matched_by_source_condition", "delta-rs")
         try:
-            query = f"SELECT 1 FROM {TARGET} WHERE {condition} LIMIT 0"
+            query = f"SELECT 1 FROM {TARGET} WHERE {rendered} LIMIT 0"
             QueryBuilder().register(TARGET, table).execute(query).read_all()
         except Exception as exc:
             raise InvalidInputError(

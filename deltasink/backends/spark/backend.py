@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from deltasink import _faults
 from deltasink.batch import spark_arrow, spark_empty
-from deltasink.checks import Check, StagedBatch, run_checks
+from deltasink.checks import Check, StagedBatch, needs_validation, run_checks, validate_on
 from deltasink.direct import record_mark_softly
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import refuse_spec_change
@@ -98,6 +98,7 @@ class SparkBackend:
         self.max_attempts = max_attempts
         self.checks = tuple(checks)
         self.check_samples = check_samples
+        self._validated: str | None = None  # the batch schema the checks were validated on
         self._spec = spec
         self.tables = Tables(target, staging, app_id)
         self._state: LogState | None = None  # as read last (read_state)
@@ -182,9 +183,27 @@ class SparkBackend:
             expected=self._expected(version, target),
         )
         check_condition(spec, target, table=self.target)
+        self._validate_checks(prepared)
         self._target_writer.check_definition(prepared.columns)
         _faults.point("stage.before_write")
         return prepared
+
+    def _validate_checks(self, prepared: PreparedFrame) -> None:
+        """Validate the checks against the prepared batch before it is staged
+        (:func:`~deltasink.checks.validate_on`; SQL checks analysed on this session,
+        no job), on the first batch and whenever the schema changes.
+
+        Raises:
+            ConfigurationError: A check that cannot work on this batch.
+        """
+        if not needs_validation(self.checks):
+            return
+        frame = prepared.frame.select(*prepared.columns)
+        key = frame.schema.simpleString()
+        if key == self._validated:
+            return
+        validate_on(self.checks, prepared.columns, lambda: frame.limit(0))
+        self._validated = key
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         """Validate ``batch`` on Spark, then append it to the staging table in one commit

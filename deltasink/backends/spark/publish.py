@@ -124,7 +124,12 @@ def merge_sql(
     :func:`key_prune`) is added to its join condition; ``has_guard``: the source
     carries the sequence guard (:func:`guarded`)."""
     plan = compile_merge(
-        spec, columns, has_delete=spec.delete_when is not None, prune=prune, has_guard=has_guard
+        spec,
+        columns,
+        has_delete=spec.delete_when is not None,
+        prune=prune,
+        has_guard=has_guard,
+        spark=True,
     )
     return plan.to_sql(target_ref, f"({source})")
 

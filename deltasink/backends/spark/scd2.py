@@ -53,4 +53,4 @@ def history_merge_sql(target_ref: str, spec: MergeSpec, columns: list[str], view
     """``MERGE INTO`` the target ``USING`` the view of :func:`history_changes`."""
     start = spec.history[0]
     on_rows = MergeSpec(mode="upsert", keys=(*spec.keys, start), delete_when="removed")
-    return compile_merge(on_rows, columns, has_delete=True).to_sql(target_ref, view)
+    return compile_merge(on_rows, columns, has_delete=True, spark=True).to_sql(target_ref, view)

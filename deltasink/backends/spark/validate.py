@@ -147,7 +147,7 @@ def prepare_frame(
     target_arrow: pa.Schema | None = None if target is None else spark_empty(target).schema
     if expected is not None:
         target_arrow = expected.schema
-    frame = df.selectExpr("*", delete_expr(spec.delete_when)) if spec.delete_when else df
+    frame = df.selectExpr("*", delete_expr(spec)) if spec.delete_when else df
     frame, float_keys = _normalise_keys(frame, spec.keys)
     not_null = [
         f.name
@@ -219,8 +219,9 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
     condition = spec.not_matched_by_source_condition
     if condition is None or target is None:
         return
+    rendered = spec.predicate("not_matched_by_source_condition", "spark")
     try:
-        target.alias("t").where(condition).schema  # noqa: B018 (analysis only)
+        target.alias("t").where(rendered).schema  # noqa: B018 (analysis only)
     except Exception as exc:
         raise InvalidInputError(
             f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "

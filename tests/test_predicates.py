@@ -1,0 +1,158 @@
+"""User SQL is parsed before it reaches an engine: every predicate is exactly one
+boolean expression, re-emitted for the parser that reads it; a check that cannot work
+is refused when it is made or the sink is built (engine-free: no table is touched)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from deltasink import ConfigurationError, DeltaSink, MergeSpec, checks
+from deltasink.merge import compile_merge, replace_predicate
+from deltasink.predicates import render, render_query
+
+#: Injection forms and other texts that are not exactly one boolean expression.
+REFUSED = {
+    "status = 'x') OR (1=1": "does not parse",  # stray parentheses (the issue's example)
+    "(status = 'x'": "does not parse",
+    "status = 'x')": "does not parse",
+    "status = 'x'; DELETE FROM t": "2 SQL statements",
+    "status = 'x'; DROP TABLE t; --": "3 SQL statements",
+    "status = 'x' /* OR 1=1": "does not parse",  # a comment swallowing the rest
+    "status = 'x', 1 = 1": "does not parse",  # two expressions
+    "status = 'x' other": "two expressions side by side",
+    "1 + 1": "its type is INT",
+    "'x'": "its type is VARCHAR",
+    "upper(status)": "its type is VARCHAR",
+    "NULL": "its type is NULL",
+    "status IN (SELECT status FROM other)": "a subquery",
+    "EXISTS (SELECT 1 FROM other)": "a subquery",
+    "count(*) > 1": "an aggregate function",
+    "row_number() OVER (ORDER BY id) = 1": "a window function",
+    "status = ?": "a parameter placeholder",
+    "SELECT 1": "a query",
+    "DROP TABLE t": "a Drop statement",
+    ";": "0 SQL statements",
+    "   ": "non-empty",
+}
+
+SPECS: dict[str, Any] = {
+    "delete_when": lambda p: MergeSpec(keys=["id"], delete_when=p),
+    "target_predicate": lambda p: MergeSpec(keys=["id"], target_predicate=p),
+    "replace_where": lambda p: MergeSpec(mode="replace", replace_where=p),
+    "not_matched_by_source_condition": lambda p: MergeSpec(
+        keys=["id"], when_not_matched_by_source="delete", not_matched_by_source_condition=p
+    ),
+}
+
+
+@pytest.mark.parametrize("field", sorted(SPECS))
+@pytest.mark.parametrize("text", sorted(REFUSED))
+def test_a_predicate_that_is_not_one_boolean_expression_is_refused_by_name(
+    field: str, text: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=rf"MergeSpec\.{field} .*{REFUSED[text]}"):
+        SPECS[field](text)
+
+
+@pytest.mark.parametrize("text", sorted(REFUSED))
+def test_an_expect_check_that_is_not_one_boolean_expression_is_refused(text: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"checks\.expect .*{REFUSED[text]}"):
+        checks.expect(text)
+
+
+def test_the_recorded_spec_of_a_refused_predicate_is_refused_too() -> None:
+    good = MergeSpec(keys=["id"], delete_when="op = 'D'")
+    tampered = good.to_json().replace("op = 'D'", "op = 'D') OR (1=1")
+    with pytest.raises(ConfigurationError, match=r"MergeSpec\.delete_when"):
+        MergeSpec.from_json(tampered)
+
+
+def test_each_engine_gets_the_parsed_predicate_reemitted_for_its_parser() -> None:
+    # Spark reads a backslash escape and a double-quoted string; DataFusion's generic
+    # dialect (delta-rs) reads '' escapes and takes a backslash literally.
+    text = "name = 'O\\'Brien' OR name = \"it's\" OR path = 'a\\\\b' -- ) OR (1=1"
+    assert render(text, "spark") == "name = 'O\\'Brien' OR name = 'it\\'s' OR path = 'a\\\\b'"
+    assert render(text, "delta-rs") == "name = 'O''Brien' OR name = 'it''s' OR path = 'a\\b'"
+    assert render("a <=> b /* null-safe */", "delta-rs") == "a IS NOT DISTINCT FROM b"
+    assert render("exists(tags, x -> x = 'vip')", "spark") == "EXISTS(tags, x -> x = 'vip')"
+    assert render("flag", "spark") == "flag"  # a bare column: the engine types it
+
+
+def test_merge_plans_and_replace_predicates_carry_the_reemitted_predicates() -> None:
+    spec = MergeSpec(
+        keys=["id"],
+        when_not_matched_by_source="delete",
+        not_matched_by_source_condition="t.note = 'it\\'s' -- keep the rest",
+    )
+    (*_, by_source) = compile_merge(spec, ["id", "note"], has_delete=False).clauses
+    assert by_source.condition == "t.note = 'it''s'"
+    spark_plan = compile_merge(spec, ["id", "note"], has_delete=False, spark=True)
+    assert spark_plan.clauses[-1].condition == "t.note = 'it\\'s'"
+    pruned = MergeSpec(keys=["id"], target_predicate="t.day >= '2026' /* ) OR (1=1 */")
+    assert compile_merge(pruned, ["id", "day"], has_delete=False).on == (
+        "t.`id` = s.`id` AND (t.day >= '2026')"
+    )
+    reload = MergeSpec(mode="replace", replace_where="region = 'it\\'s'")
+    import pyarrow as pa
+
+    rows = pa.table({"region": ["it's"]})
+    assert replace_predicate(reload, rows) == "(region = 'it''s')"
+    assert replace_predicate(reload, rows, spark=True) == "(region = 'it\\'s')"
+
+
+def test_sql_checks_are_exactly_one_query_over_staged() -> None:
+    for text, why in [
+        ("SELECT 1; DROP TABLE t", "2 SQL statements"),
+        ("DROP TABLE t", "is not a query"),
+        ("id > 0", "is not a query"),
+        ("SELECT * FROM staged WHERE (id > 0", "does not parse"),
+        ("WITH staged AS (SELECT 1) SELECT * FROM staged", "defines its own `staged`"),
+    ]:
+        with pytest.raises(ConfigurationError, match=rf"checks\.sql .*{why}"):
+            checks.sql(text)
+    query = "WITH big AS (SELECT * FROM staged WHERE id > 9) SELECT staged.id FROM staged -- x"
+    assert render_query(query, "v1") == (
+        "WITH big AS (SELECT * FROM v1 AS staged WHERE id > 9) SELECT staged.id FROM v1 AS staged"
+    )
+
+
+def _two_arguments(batch: checks.StagedBatch, other: int) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ([1], r"checks\[0\] = 1 is not callable"),
+        (["id > 0"], r"checks\[0\] = 'id > 0' is not callable"),
+        ([checks.expect], "is the factory, not a check"),
+        ([checks.no_nulls], "is a class, not a check"),
+        ([checks.no_nulls("id"), _two_arguments], r"checks\[1\] .* cannot be called with one"),
+        (checks.no_nulls("id"), "checks must be a list"),
+        ("no_nulls(id)", "checks must be a list"),
+    ],
+)
+def test_a_check_that_is_not_a_check_is_refused_when_the_sink_is_built(
+    tmp_path: Any, given: Any, why: str
+) -> None:
+    target = str(tmp_path / "t")
+    with pytest.raises(ConfigurationError, match=why):
+        DeltaSink(target, "app", MergeSpec(keys=["id"]), checks=given)
+    assert not (tmp_path / "t").exists()
+
+
+def test_built_in_checks_with_invalid_arguments_are_refused_when_made() -> None:
+    with pytest.raises(ConfigurationError, match="one or more column names"):
+        checks.no_nulls()
+    with pytest.raises(ConfigurationError, match="one or more column names"):
+        checks.unique("id", 3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="passes no batch"):
+        checks.row_count_between(5, 1)
+    with pytest.raises(ConfigurationError, match="whole numbers"):
+        checks.row_count_between(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="percentage >= 0"):
+        checks.row_count_within(-10)
+    with pytest.raises(ConfigurationError, match="percentage >= 0"):
+        checks.row_count_within(float("nan"))
