@@ -19,6 +19,7 @@ from deltasink.backends.embedded.session import embedded_spark
 from deltasink.committables import CommitReport, CommitResult, Committable, GcResult, StagedVersion
 from deltasink.errors import (
     AlreadyCommittedError,
+    CheckpointResetError,
     CommitError,
     ConfigurationError,
     DeltaSinkError,
@@ -30,6 +31,7 @@ from deltasink.errors import (
     MarkerLostError,
     NotADeltaTableError,
     QuarantinedError,
+    ReplayMismatchError,
     SchemaMismatchError,
     StagingOwnershipError,
     StorageAccessError,
@@ -47,6 +49,7 @@ from deltasink.table import TableSpec
 
 __all__ = [
     "AlreadyCommittedError",
+    "CheckpointResetError",
     "CommitError",
     "CommitReport",
     "CommitResult",
@@ -69,6 +72,7 @@ __all__ = [
     "MergeSpec",
     "NotADeltaTableError",
     "QuarantinedError",
+    "ReplayMismatchError",
     "SchemaMismatchError",
     "SinkGroup",
     "SinkStatus",

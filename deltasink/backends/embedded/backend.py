@@ -22,6 +22,7 @@ from deltasink.coalesce import coalesce
 from deltasink.direct import record_mark_softly
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import MarkGuard, refuse_spec_change
+from deltasink.origin import ORIGIN_KEY
 from deltasink.participant import DiscardReason
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
@@ -99,6 +100,7 @@ class EmbeddedBackend:
         self._intent: int | None = None
         self._foreign_intent: int | None = None  # the last intent read that was not ours
         self.write_through: int | None = None
+        self.origin: tuple[int, str] | None = None
 
     # -- configuration -------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class EmbeddedBackend:
             spec=self.spec_for_new_versions(),
             app_id=self.app_id,
             version=version,
-            metadata={"deltasink.staging": self.log.uri, "deltasink.rows": prepared.rows},
+            metadata=self._metadata(version, prepared.rows),
             before_attempt=self._fence,
         )
         self._staged.drop([version])
@@ -249,6 +251,14 @@ class EmbeddedBackend:
             version=version,
         )
         return result
+
+    def _metadata(self, version: int, rows: int) -> dict[str, object]:
+        """The commit metadata of the target commit whose marker is ``version``: with
+        the origin of the batch being written, when it is that version."""
+        metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
+        if self.origin is not None and self.origin[0] == version:
+            metadata[ORIGIN_KEY] = self.origin[1]
+        return metadata
 
     def _announce(self, version: int, *, epoch: int | None = None) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage
@@ -287,7 +297,7 @@ class EmbeddedBackend:
             spec=self.spec_for_staged(),
             app_id=self.app_id,
             version=staged.version,
-            metadata={"deltasink.staging": self.log.uri, "deltasink.rows": staged.rows},
+            metadata=self._metadata(staged.version, staged.rows),
             before_attempt=self._fence,
         )
         self._staged.drop([staged.version])
@@ -321,10 +331,7 @@ class EmbeddedBackend:
             app_id=self.app_id,
             version=staged[-1].version,
             versions=[s.version for s in staged],
-            metadata={
-                "deltasink.staging": self.log.uri,
-                "deltasink.rows": sum(s.rows for s in staged),
-            },
+            metadata=self._metadata(staged[-1].version, sum(s.rows for s in staged)),
             before_attempt=self._fence,
         )
         self._staged.drop(s.version for s in staged)
