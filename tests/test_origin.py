@@ -83,7 +83,8 @@ def test_a_new_checkpoint_is_refused_and_writes_nothing(tmp_path: Path, target: 
         sink.foreach_batch(rows(3, 4), 0, checkpoint=new.root)
     error = caught.value
     assert (error.committed_by, error.query_id, error.version) == (old.query_id, new.query_id, 0)
-    assert "up to 0" in str(error) and "resume=True" in str(error)
+    assert "up to 0" in str(error)
+    assert "resume=True" in str(error)
     assert f"deltasink offsets {target} --app {APP}" in str(error)
     assert isinstance(error, InvalidVersionError)  # a refused version, as before
     # A fresh sink (a restarted job) refuses it too: the identity is read from the log.
@@ -133,7 +134,8 @@ def test_deterministic_replays_never_raise(tmp_path: Path, target: str) -> None:
             assert (replay.committed_versions, replay.committed_version) == ([], batch)
     assert support.ids(target) == [0, 1, 10, 11, 20, 21, 30, 31]
     commits = support.txn_commits(target, APP)
-    assert sorted(commits) == [0, 1, 2, 3] and all(len(c) == 1 for c in commits.values())
+    assert sorted(commits) == [0, 1, 2, 3]
+    assert all(len(c) == 1 for c in commits.values())
     assert support.marker(target, APP) == 3
 
 
@@ -253,7 +255,8 @@ def test_offsets_give_where_a_new_query_starts(tmp_path: Path, target: str) -> N
     assert payload["starting"][0]["startingOffsets"] == '{"orders":{"0":20,"1":10}}'
     text = CliRunner().invoke(app, ["offsets", target, "--app", APP])
     assert text.exit_code == 0, text.output
-    assert "startingOffsets" in text.output and "startingVersion" in text.output
+    assert "startingOffsets" in text.output
+    assert "startingVersion" in text.output
     status = CliRunner().invoke(app, ["status", target, "--app", APP, "--json"])
     assert json.loads(status.output)["origin"]["batch"] == 1
     history = CliRunner().invoke(app, ["history", target, "--app", APP, "--json"])
@@ -327,6 +330,5 @@ def test_resolve_is_the_rule() -> None:
     with pytest.raises(CheckpointResetError):
         resolve(a, committed=0, committed_origin=other, **kw)
     assert resolve(a, committed=5, committed_origin=other, **{**kw, "resume": True})[0] == 6
-    assert decode("not json") is None and decode('{"query": "q", "batch": 2}') == BatchOrigin(
-        query_id="q", batch_id=2
-    )
+    assert decode("not json") is None
+    assert decode('{"query": "q", "batch": 2}') == BatchOrigin(query_id="q", batch_id=2)
