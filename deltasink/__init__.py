@@ -19,6 +19,7 @@ from deltasink.backends.embedded.session import embedded_spark
 from deltasink.committables import CommitReport, CommitResult, Committable, GcResult, StagedVersion
 from deltasink.errors import (
     AlreadyCommittedError,
+    CheckpointResetError,
     CommitError,
     ConfigurationError,
     DeltaSinkError,
@@ -31,6 +32,7 @@ from deltasink.errors import (
     MarkerLostError,
     NotADeltaTableError,
     QuarantinedError,
+    ReplayMismatchError,
     SchemaMismatchError,
     StagingOwnershipError,
     StorageAccessError,
@@ -48,6 +50,7 @@ from deltasink.table import TableSpec
 
 __all__ = [
     "AlreadyCommittedError",
+    "CheckpointResetError",
     "CommitError",
     "CommitReport",
     "CommitResult",
@@ -71,6 +74,7 @@ __all__ = [
     "MergeSpec",
     "NotADeltaTableError",
     "QuarantinedError",
+    "ReplayMismatchError",
     "SchemaMismatchError",
     "SinkGroup",
     "SinkStatus",

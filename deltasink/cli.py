@@ -1,4 +1,4 @@
-"""The ``deltasink`` command: status, recover, abort and history for operators.
+"""The ``deltasink`` command: status, recover, abort, history and offsets for operators.
 
 A thin layer over the public API. Every command takes ``--json`` for scripts.
 
@@ -39,6 +39,7 @@ from deltasink.errors import (
     UnverifiableChecksError,
 )
 from deltasink.locations import is_catalog_name
+from deltasink.origin import BatchOrigin
 from deltasink.protocol import CommitReport
 from deltasink.sink import DeltaSink
 from deltasink.status import require_writer, writers_of
@@ -232,7 +233,9 @@ def status(
                 table=target,
             )
         now = datetime.now(timezone.utc)
-        statuses = [_known(target, a, staging, storage_option).status() for a in apps]
+        statuses = [
+            _known(target, a, staging, storage_option).status(with_origin=True) for a in apps
+        ]
     if as_json:
         payload: Any = [s.to_dict(now=now) for s in statuses]
         out.print_json(json.dumps(payload if app_id is None else payload[0]))
@@ -382,9 +385,11 @@ def history(
         "upd",
         "del",
         "ms",
+        "origin",
     ):
         table.add_column(
-            name, justify="left" if name in ("operation", "committed at (UTC)") else "right"
+            name,
+            justify="left" if name in ("operation", "committed at (UTC)", "origin") else "right",
         )
     for e in entries:
         table.add_row(
@@ -396,8 +401,75 @@ def history(
                 "" if n is None else f"{n:,}"
                 for n in (e.rows_inserted, e.rows_updated, e.rows_deleted, e.execution_ms)
             ),
+            _origin_text(e.origin),
         )
     out.print(table)
+
+
+def _origin_text(origin: BatchOrigin | None) -> str:
+    """An origin in one short line: ``query <id> batch <n>`` or the position."""
+    if origin is None:
+        return ""
+    if origin.query_id is not None:
+        return f"query {origin.query_id} batch {origin.batch_id}"
+    return f"position {json.dumps(origin.position)}"
+
+
+@app.command()
+def offsets(
+    target: Target,
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the last committed version's source positions and where a new streaming
+    query starts to continue right after it (after a lost or changed checkpoint)."""
+    with _errors(as_json):
+        point = _known(target, app_id, staging, storage_option).offsets()
+    if as_json:
+        out.print_json(json.dumps(point.to_dict()))
+        return
+    if point.version is None:
+        out.print(f"app {app_id} has committed nothing to {target}")
+        return
+    out.print(f"committed version {point.version} of app {app_id} on {target}")
+    if point.origin is None:
+        out.print("no source positions were recorded with it (written without a stream)")
+        return
+    origin = point.origin
+    out.print(f"  origin: {_origin_text(origin)} (base {origin.base})")
+    if not point.exact:
+        out.print(
+            "  [yellow]later versions were committed without an origin (recover()): these "
+            "positions are behind the committed version[/]"
+        )
+    for source in point.starting:
+        kind = source["kind"]
+        if kind == "kafka":
+            out.print(
+                f'  source {source["source"]} (Kafka): .option("startingOffsets", '
+                f"'{source['startingOffsets']}')"
+            )
+        elif kind == "delta":
+            out.print(
+                f'  source {source["source"]} (Delta): .option("startingVersion", '
+                f"{source['startingVersion']})"
+            )
+            if "note" in source:
+                out.print(f"    [yellow]{source['note']}[/]")
+        elif kind == "files":
+            out.print(
+                f"  source {source['source']} (files): {len(source['files'])} file(s) "
+                "already committed; keep them out of the new query's input (--json "
+                "lists them)"
+            )
+        else:
+            out.print(f"  source {source['source']}: offset {json.dumps(source.get('offset'))}")
+    out.print(
+        "  resume a new checkpoint from there with foreach_batch_writer(..., resume=True) "
+        '(docs/runbook.md, "I lost or changed my checkpoint")'
+    )
 
 
 @app.command()

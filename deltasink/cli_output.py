@@ -44,6 +44,13 @@ def status_table(status: SinkStatus, now: datetime) -> Table:
         table.add_row("merge", f"{status.merge.mode} keys={list(status.merge.keys)}")
     if status.leftover_versions:
         table.add_row("leftover staging", f"{status.leftover_versions} (cleaned by recover)")
+    origin = status.origin
+    if origin is not None and origin.query_id is not None:
+        table.add_row(
+            "stream", f"query {origin.query_id} batch {origin.batch_id} (base {origin.base})"
+        )
+    elif origin is not None:
+        table.add_row("position", str(origin.position))
     return table
 
 

@@ -6,6 +6,10 @@ what the caller should do next::
     DeltaSinkError
     ├── InvalidInputError          fix the batch or the call; nothing was written
     │   ├── InvalidVersionError    negative / not an int / goes backwards
+    │   │   └── CheckpointResetError a micro-batch of another streaming query (a new
+    │   │                          or reset checkpoint) than the one that committed
+    │   ├── ReplayMismatchError    a replayed version covers other source positions
+    │   │                          than the committed one
     │   ├── SchemaMismatchError    batch columns or types do not fit the target
     │   ├── KeyColumnError         key column missing, or a key value is null
     │   │   └── InvalidKeyError    a key value no key can match (NaN in a float key)
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyCommittedError",
+    "CheckpointResetError",
     "CommitError",
     "ConfigurationError",
     "DeltaSinkError",
@@ -50,6 +55,7 @@ __all__ = [
     "MarkerLostError",
     "NotADeltaTableError",
     "QuarantinedError",
+    "ReplayMismatchError",
     "SchemaMismatchError",
     "StagingOwnershipError",
     "StorageAccessError",
@@ -92,6 +98,42 @@ class InvalidInputError(DeltaSinkError):
 
 class InvalidVersionError(InvalidInputError):
     """The version is negative, not an int, or goes backwards."""
+
+
+class CheckpointResetError(InvalidVersionError):
+    """A micro-batch comes from another streaming query (another checkpoint: a deleted,
+    reset or changed one) than the query that committed the target's current version.
+
+    Its ``batch_id`` numbers batches of the new query, not versions of the old one, so it
+    is never taken for a replay. Nothing was written. Ways out (the message names them):
+    resume after the committed version (``resume=True``, starting the new query from the
+    positions ``deltasink offsets`` prints), restore the old checkpoint, or give the new
+    query its own ``app_id``.
+
+    Attributes:
+        committed_by: The streaming query id that committed the current version.
+        query_id: The query id of the refused micro-batch.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        committed_by: str | None = None,
+        query_id: str | None = None,
+        table: str | None = None,
+        app_id: str | None = None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message, table=table, app_id=app_id, version=version)
+        self.committed_by = committed_by
+        self.query_id = query_id
+
+
+class ReplayMismatchError(InvalidInputError):
+    """A replay of the committed version (same query, same batch id) covers other source
+    positions than the target commit recorded: the checkpoint's offsets were changed, so
+    skipping the batch as a replay could drop rows. Nothing was written."""
 
 
 class SchemaMismatchError(InvalidInputError):

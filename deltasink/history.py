@@ -4,7 +4,10 @@ Read from the target's Delta history. Each deltasink commit carries commit metad
 ``deltasink.appId`` / ``deltasink.batchVersion`` / ``deltasink.versions`` where the
 engine can write custom keys (delta-rs), and always a ``userMetadata`` string
 ``deltasink commit app=<app_id> version=<v>[ versions=<v1,v2,...>]`` (the only field
-Spark's writers can set), so the ledger can be rebuilt from either.
+Spark's writers can set), so the ledger can be rebuilt from either. A commit whose
+version came from a stream (or a batch job's own position) records that origin
+(:mod:`deltasink.origin`) as JSON: ``deltasink.origin`` (delta-rs), or after
+`` origin=`` at the end of ``userMetadata`` (Spark).
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltasink.origin import ORIGIN_KEY, BatchOrigin, decode, encode
+
 __all__ = [
     "HistoryEntry",
+    "commit_origin",
     "count_since_optimize",
     "history_from_commits",
     "ledger_table",
@@ -29,19 +35,36 @@ __all__ = [
 _USER_METADATA = re.compile(
     r"^deltasink commit app=(?P<app>\S+) version=(?P<version>\d+)(?: versions=(?P<versions>[\d,]+))?"
 )
+_ORIGIN_SUFFIX = " origin="
 
 
 def user_metadata(
-    operation: str, app_id: str, version: int | None, versions: Iterable[int] = ()
+    operation: str,
+    app_id: str,
+    version: int | None,
+    versions: Iterable[int] = (),
+    origin: str | None = None,
 ) -> str:
-    """The ``userMetadata`` text of a deltasink commit."""
+    """The ``userMetadata`` text of a deltasink commit; ``origin``: the encoded
+    :class:`~deltasink.origin.BatchOrigin`, appended last (it is JSON)."""
     text = f"deltasink {operation} app={app_id}"
     if version is not None:
         text += f" version={version}"
     listed = list(versions)
     if len(listed) > 1:
         text += " versions=" + ",".join(str(v) for v in listed)
+    if origin is not None:
+        text += _ORIGIN_SUFFIX + origin
     return text
+
+
+def commit_origin(commit: Mapping[str, Any]) -> BatchOrigin | None:
+    """The origin a commit (a history record) recorded, if any."""
+    if commit.get(ORIGIN_KEY) is not None:
+        return decode(commit[ORIGIN_KEY])
+    text = str(commit.get("userMetadata") or "")
+    at = text.find(_ORIGIN_SUFFIX)
+    return decode(text[at + len(_ORIGIN_SUFFIX) :]) if at >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -60,6 +83,8 @@ class HistoryEntry:
         rows_deleted: Target rows deleted, when recorded.
         execution_ms: The engine's reported execution time, when recorded.
         staged_rows: Rows staged for the versions of this commit, when recorded.
+        origin: The streaming query, batch and source positions (or a batch job's
+            position) the commit recorded, if any (:mod:`deltasink.origin`).
     """
 
     version: int
@@ -72,6 +97,7 @@ class HistoryEntry:
     rows_deleted: int | None = None
     execution_ms: int | None = None
     staged_rows: int | None = None
+    origin: BatchOrigin | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -86,6 +112,7 @@ class HistoryEntry:
             "rows_deleted": self.rows_deleted,
             "execution_ms": self.execution_ms,
             "staged_rows": self.staged_rows,
+            "origin": None if self.origin is None else self.origin.to_dict(),
         }
 
 
@@ -146,6 +173,7 @@ def history_from_commits(commits: Iterable[Mapping[str, Any]], app_id: str) -> l
                 staged_rows=_int(commit, "deltasink.rows")
                 if commit.get("deltasink.rows") is not None
                 else _int(metrics, "num_source_rows", "numSourceRows"),
+                origin=commit_origin(commit),
             )
         )
     return entries
@@ -171,6 +199,7 @@ _LEDGER_FIELDS: list[pa.Field[Any]] = [
     pa.field("execution_ms", pa.int64()),
     pa.field("staged_rows", pa.int64()),
     pa.field("commit_versions", pa.list_(pa.int64())),
+    pa.field("origin", pa.string()),
 ]
 LEDGER_SCHEMA = pa.schema(_LEDGER_FIELDS)
 
@@ -191,6 +220,7 @@ def ledger_table(app_id: str, entries: list[HistoryEntry]) -> pa.Table:
             "execution_ms": e.execution_ms,
             "staged_rows": e.staged_rows,
             "commit_versions": list(e.versions),
+            "origin": None if e.origin is None else encode(e.origin),
         }
         for e in entries
         for version in reversed(e.versions)

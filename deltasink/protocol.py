@@ -193,6 +193,7 @@ class TwoPhaseCommit(Generic[B]):
         *,
         progress: Progress | None = None,
         replays_last_only: bool = False,
+        version_of: Callable[[int | None], object] | None = None,
     ) -> CommitReport:
         """Both phases for one batch whose source is not acknowledged yet.
 
@@ -201,6 +202,11 @@ class TwoPhaseCommit(Generic[B]):
         the committed one means its checkpoint was reset or belongs to another job:
         :class:`InvalidVersionError`, nothing written (instead of the ``on_stale``
         policy). One read of the participant's state serves this check and the write.
+
+        ``version_of``: called with the committed version (from that same read) before
+        anything else, returns the version to write instead of ``version`` (a stream's
+        batch id mapped by its recorded origin, :func:`deltasink.origin.resolve`); it
+        may raise to refuse the batch, nothing written.
 
         With nothing staged and a participant that :class:`SupportsDirectPublish`, the
         validated batch is published straight into the target (its marker makes a
@@ -216,6 +222,8 @@ class TwoPhaseCommit(Generic[B]):
         participant = self.participant
         state = participant.read_state()
         committed = state.committed_version
+        if version_of is not None:
+            v = check_version(version_of(committed))
         if replays_last_only and committed is not None and v < committed:
             raise InvalidVersionError(
                 f"batch {v} is below app {self.app_id!r}'s committed version {committed}: "

@@ -15,12 +15,13 @@ from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
 from deltasink.checks import validate as validate_checks
 from deltasink.committables import GcResult
-from deltasink.errors import ConfigurationError, QuarantinedError
+from deltasink.errors import ConfigurationError, InvalidInputError, QuarantinedError
 from deltasink.failures import storage_failure
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri
+from deltasink.origin import BatchOrigin, ResumePoint, encode, resolve, resume_point, stream_origin
 from deltasink.protocol import (
     CommitReport,
     Committable,
@@ -259,6 +260,9 @@ class DeltaSink:
         self._maintenance: MaintenancePort = parts.maintenance
         self._post_commit = tuple(post_commit)
         self._spark = spark
+        # The origin of the newest origin-recording commit this sink made or read:
+        # (committed version it was read at, origin); saves a history read per batch.
+        self._origin_seen: tuple[int, BatchOrigin | None] | None = None
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
             self._backend,
             app_id=app_id,
@@ -321,7 +325,7 @@ class DeltaSink:
         return self._after(self._core.commit(version, progress=progress))
 
     @_named_storage_errors
-    def write(self, df: Batch, version: int) -> CommitReport:
+    def write(self, df: Batch, version: int, *, position: Any = None) -> CommitReport:
         """Both phases for one batch, for a caller that acknowledges its source only
         after this returns (``foreach_batch``, a batch job's run).
 
@@ -336,18 +340,52 @@ class DeltaSink:
 
         Safe to repeat with the same version after a crash (it changes nothing twice).
 
-        Raises:
-            As :meth:`pre_commit` and :meth:`commit`.
-        """
-        return self._write(df, version, replays_last_only=False)
+        Args:
+            df: The batch.
+            version: Its version.
+            position: What the batch covers in its source (a date, a file list, an
+                offset: any JSON value), recorded as the ``origin`` of the target
+                commit whose marker is ``version``, in that same commit; shown by
+                :meth:`history`, :meth:`offsets` and the CLI.
 
-    def _write(self, df: Batch, version: int, *, replays_last_only: bool) -> CommitReport:
+        Raises:
+            InvalidInputError: ``position`` is not JSON-serialisable (nothing written).
+            As :meth:`pre_commit` and :meth:`commit` otherwise.
+        """
+        if position is None:
+            return self._write(df, version, replays_last_only=False)
+        try:
+            encoded = encode(BatchOrigin(position=position))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"position must be a JSON value (a date string, a list of files, ...): {exc}",
+                table=self.target,
+                app_id=self.app_id,
+            ) from exc
+        return self._write(df, version, replays_last_only=False, origin=encoded)
+
+    def _write(
+        self,
+        df: Batch,
+        version: int,
+        *,
+        replays_last_only: bool,
+        origin: str | None = None,
+        version_of: Callable[[int | None], int] | None = None,
+    ) -> CommitReport:
         # When it stages, the stage commit records the publish intent too.
         self._backend.write_through = version
+        if origin is not None and isinstance(version, int):
+            self._backend.origin = (version, origin)
         try:
-            return self._after(self._core.write(df, version, replays_last_only=replays_last_only))
+            return self._after(
+                self._core.write(
+                    df, version, replays_last_only=replays_last_only, version_of=version_of
+                )
+            )
         finally:
             self._backend.write_through = None
+            self._backend.origin = None
 
     def _after(self, report: CommitReport) -> CommitReport:
         if self._post_commit:
@@ -370,23 +408,140 @@ class DeltaSink:
         return report
 
     @_named_storage_errors
-    def foreach_batch(self, df: Batch, batch_id: int) -> CommitReport:
-        """``writeStream.foreachBatch(sink.foreach_batch)``: ``batch_id`` is the version.
+    def foreach_batch(
+        self,
+        df: Batch,
+        batch_id: int,
+        *,
+        resume: bool = False,
+        checkpoint: str | os.PathLike[str] | None = None,
+    ) -> CommitReport:
+        """``writeStream.foreachBatch(sink.foreach_batch)``: micro-batch ``batch_id``
+        of one streaming query, written exactly once.
 
         :meth:`write` with Spark's replay rule, from one read of the Delta logs; returns
         its report (Spark ignores it; a wrapping function can log it).
 
-        A micro-batch that Spark replays after a restart has the same ``batch_id`` and
-        is therefore applied once. Spark only ever replays the *last* batch, so a
-        ``batch_id`` below the committed version means the query's checkpoint was reset
-        (or belongs to another query) while the ``app_id`` stayed: its batches would be
-        dropped as duplicates, so this raises instead (not ``on_stale``).
+        A stream is an identity, not a counter: the target commit of each batch records
+        its *origin* (:mod:`deltasink.origin`): the query's stable id (the one in
+        ``<checkpointLocation>/metadata``), the batch id and the source positions Spark
+        wrote to ``<checkpointLocation>/offsets/<batch_id>``. The version is ``base +
+        batch_id``, ``base`` being 0 unless the query resumed after another one.
+
+        * A batch of the query that committed the current version: Spark replays only
+          its last batch, so the same batch again is a silent no-op (provided it covers
+          the same source positions, else :class:`~deltasink.errors.ReplayMismatchError`),
+          and a lower one is :class:`~deltasink.errors.InvalidVersionError`.
+        * A batch of another query (the checkpoint was deleted, reset or changed; a
+          new one restarts batch ids at 0): :class:`~deltasink.errors.CheckpointResetError`,
+          nothing written, unless ``resume``: the batch becomes the version right after
+          the committed one, and that base is recorded, so a restart of the resumed
+          query maps its batches the same way. Start such a query from the positions
+          :meth:`offsets` gives, or its rows are read again.
+
+        The query is identified from ``checkpoint`` when given, else from a classic
+        session (the local property ``sql.streaming.queryId``, the checkpoint through
+        the driver's running query). Without an identity (Spark Connect without
+        ``checkpoint``, a ``pyarrow.Table``) nothing is recorded and ``batch_id`` is the
+        version, as before origins existed; likewise after versions committed by a
+        writer that recorded no query (old versions, ``recover()``, batch jobs).
+
+        Args:
+            df: The micro-batch.
+            batch_id: Spark's batch id.
+            resume: Continue right after the committed version when the current version
+                was committed by another query (see above).
+            checkpoint: The query's ``checkpointLocation`` (needed on Spark Connect and
+                serverless to know the query and its positions).
 
         Raises:
-            InvalidVersionError: ``batch_id`` is below the committed version.
+            CheckpointResetError: Another query committed the current version.
+            ReplayMismatchError: A replay of the committed batch with other positions.
+            InvalidVersionError: ``batch_id`` maps below the committed version.
+            ConfigurationError: ``checkpoint`` holds no offsets for ``batch_id``, or
+                ``resume`` without a way to identify the query.
             As :meth:`write` otherwise.
         """
-        return self._write(df, batch_id, replays_last_only=True)
+        origin = stream_origin(
+            df, batch_id, checkpoint=None if checkpoint is None else os.fspath(checkpoint)
+        )
+        if origin is None:
+            if resume:
+                raise ConfigurationError(
+                    "resume=True needs the streaming query's identity: pass "
+                    "checkpoint=<the query's checkpointLocation> (Spark Connect and "
+                    "serverless do not expose it to foreachBatch).",
+                    table=self.target,
+                    app_id=self.app_id,
+                )
+            return self._write(df, batch_id, replays_last_only=True)
+        chosen: list[tuple[int, BatchOrigin]] = []
+
+        def version_of(committed: int | None) -> int:
+            seen = self._committed_origin(committed)
+            version, recorded = resolve(
+                origin,
+                committed=committed,
+                committed_origin=seen,
+                resume=resume,
+                app_id=self.app_id,
+                table=self.target,
+            )
+            self._backend.write_through = version
+            self._backend.origin = (version, encode(recorded))
+            chosen.append((version, recorded))
+            return version
+
+        report = self._write(df, batch_id, replays_last_only=True, version_of=version_of)
+        if chosen and report.committed_version == chosen[0][0]:
+            self._origin_seen = chosen[0]
+        return report
+
+    def _committed_origin(self, committed: int | None) -> BatchOrigin | None:
+        """The origin recorded by the newest of this writer's target commits that
+        recorded one (versions ``recover()`` published record none); ``None`` if none
+        did. Remembered between calls while the committed version stays."""
+        if committed is None:
+            return None
+        seen = self._origin_seen
+        if seen is not None and seen[0] == committed:
+            return seen[1]
+        found: BatchOrigin | None = None
+        for limit in (64, None):
+            entries = self._maintenance.history(limit)
+            found = next((e.origin for e in entries if e.origin is not None), None)
+            if found is not None or limit is None or len(entries) == 0:
+                break
+        self._origin_seen = (committed, found)
+        return found
+
+    @_named_storage_errors
+    def offsets(self) -> ResumePoint:
+        """The committed version's origin and where a new streaming query starts from
+        to continue right after it (``deltasink offsets``): per source, Kafka
+        ``startingOffsets`` JSON, a Delta source's ``startingVersion``, or the files a
+        file source already delivered (every commit's, so the new query can leave them
+        out). ``exact`` is false when versions after the last recorded origin were
+        committed without one (by ``recover()``): the positions are then older than the
+        committed version.
+        """
+        committed = self._core.state().committed_version
+        entries = self.history()
+        origins = [e for e in entries if e.origin is not None]
+        if committed is None or not origins:
+            return resume_point(committed, None, None)
+        last = origins[0]
+        point = resume_point(
+            committed,
+            last.target_version,
+            last.origin,
+            [e.origin for e in origins[1:] if e.origin is not None],
+        )
+        if last.version != committed:
+            return ResumePoint(
+                point.version, point.target_version, point.origin, point.starting, exact=False
+            )
+        return point
 
     @_named_storage_errors
     def abort(self, version: int) -> bool:
@@ -411,8 +566,13 @@ class DeltaSink:
         return self._after(self._core.recover(progress=progress))
 
     @_named_storage_errors
-    def status(self) -> SinkStatus:
-        """The committed version and the pending versions, from the Delta logs."""
+    def status(self, *, with_origin: bool = False) -> SinkStatus:
+        """The committed version and the pending versions, from the Delta logs.
+
+        Args:
+            with_origin: Also read the origin of the newest commit that recorded one
+                (:attr:`SinkStatus.origin`; one read of the target's recent history).
+        """
         state = self._core.state()
         return SinkStatus(
             target=self.target,
@@ -427,6 +587,7 @@ class DeltaSink:
             target_exists=self._backend.target_exists(),
             merge=self._backend.recorded_spec(),
             quarantined=dict(state.quarantined),
+            origin=self._committed_origin(state.committed_version) if with_origin else None,
         )
 
     @_named_storage_errors

@@ -12,6 +12,7 @@ from typing import Any
 from deltasink.committables import StagedVersion
 from deltasink.errors import ConfigurationError
 from deltasink.locations import STAGING_SUFFIX, is_local, normalize_uri
+from deltasink.origin import BatchOrigin
 from deltasink.spec import MergeSpec
 
 __all__ = ["SinkStatus", "json_spec", "require_writer", "writers_of"]
@@ -34,6 +35,9 @@ class SinkStatus:
         target_exists: Whether the target table exists yet.
         merge: The MergeSpec recorded in the staging table, if any.
         quarantined: Quarantined versions and the failed check, if any.
+        origin: The origin recorded by the writer's newest target commit that recorded
+            one (streaming query, batch, source positions; or a batch job's position),
+            when asked for (``status(with_origin=True)``, the CLI).
     """
 
     target: str
@@ -48,6 +52,7 @@ class SinkStatus:
     target_exists: bool = False
     merge: MergeSpec | None = None
     quarantined: dict[int, str] = field(default_factory=dict)
+    origin: BatchOrigin | None = None
 
     @property
     def writer_exists(self) -> bool:
@@ -81,6 +86,7 @@ class SinkStatus:
                 {"version": v, "reason": r} for v, r in sorted(self.quarantined.items())
             ],
             "merge": None if self.merge is None else json_spec(self.merge),
+            "origin": None if self.origin is None else self.origin.to_dict(),
         }
 
 

@@ -16,6 +16,13 @@ once per process, and writes each micro-batch with :meth:`DeltaSink.foreach_batc
     write.sink(spark).recover()          # at start-up, on the driver
     (df_stream.writeStream.foreachBatch(write)
         .option("checkpointLocation", checkpoint).start())
+
+Each version's target commit records the query's identity, the batch id and the source
+positions (:mod:`deltasink.origin`). A micro-batch of another query than the one that
+committed the current version (a deleted or changed checkpoint) is refused with
+:class:`~deltasink.errors.CheckpointResetError`, nothing written. To continue with a new
+checkpoint, start the new query from the positions ``deltasink offsets`` prints and pass
+``resume=True``: its batches become the versions after the committed one.
 """
 
 from __future__ import annotations
@@ -51,12 +58,19 @@ class ForeachBatchWriter:
         merge: How rows are applied.
         options: Further :class:`~deltasink.DeltaSink` keyword arguments (all but
             ``spark``, which is the micro-batch's session where it runs).
+        resume: Continue right after the committed version when it was committed by
+            another query (:meth:`DeltaSink.foreach_batch`).
+        checkpoint: The query's ``checkpointLocation``, read for its identity and
+            positions (needed on Spark Connect and serverless; found by itself on
+            classic compute).
     """
 
     target: str
     app_id: str
     merge: MergeSpec | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    resume: bool = False
+    checkpoint: str | None = None
 
     def sink(self, spark: SparkSession | None = None) -> DeltaSink:
         """This process's sink for the writer, built on first use with ``spark`` (the
@@ -74,18 +88,22 @@ class ForeachBatchWriter:
             return sink
 
     def __call__(self, df: Any, batch_id: int) -> CommitReport:
-        """Write one micro-batch (``batch_id`` is the version) exactly once.
+        """Write one micro-batch exactly once (:meth:`DeltaSink.foreach_batch`).
 
         Raises:
             As :meth:`DeltaSink.foreach_batch`.
         """
-        return self.sink(getattr(df, "sparkSession", None)).foreach_batch(df, batch_id)
+        sink = self.sink(getattr(df, "sparkSession", None))
+        return sink.foreach_batch(df, batch_id, resume=self.resume, checkpoint=self.checkpoint)
 
 
 def foreach_batch_writer(
     target: str | os.PathLike[str],
     app_id: str,
     merge: MergeSpec | None = None,
+    *,
+    resume: bool = False,
+    checkpoint: str | os.PathLike[str] | None = None,
     **options: Any,
 ) -> ForeachBatchWriter:
     """A ``foreachBatch`` function for ``DeltaSink(target, app_id, merge, **options)``
@@ -94,6 +112,19 @@ def foreach_batch_writer(
 
     The arguments are checked here, on the driver, by building a sink once, so a bad
     configuration fails before the query starts; nothing is read or written by that.
+
+    Args:
+        target: As :class:`~deltasink.DeltaSink`.
+        app_id: As :class:`~deltasink.DeltaSink`.
+        merge: As :class:`~deltasink.DeltaSink`.
+        resume: Continue a new checkpoint right after the version another query
+            committed, instead of refusing its batches (start the query from the
+            positions ``deltasink offsets`` prints). Only the new query's first batch
+            needs it: its restarts map their batches the same way without it (the
+            mapping is read back from the target), and with it off again a later lost
+            checkpoint is refused again rather than resumed from wherever it starts.
+        checkpoint: The query's ``checkpointLocation`` (see :class:`ForeachBatchWriter`).
+        **options: Further :class:`~deltasink.DeltaSink` keyword arguments.
 
     Raises:
         ConfigurationError: Invalid arguments, or ``spark=`` given (the micro-batch's
@@ -104,6 +135,13 @@ def foreach_batch_writer(
             "foreach_batch_writer takes no spark=: the function runs where Spark puts it "
             "(another process on serverless) and uses the micro-batch's own session."
         )
-    writer = ForeachBatchWriter(os.fspath(target), app_id, merge, dict(options))
+    writer = ForeachBatchWriter(
+        os.fspath(target),
+        app_id,
+        merge,
+        dict(options),
+        resume=bool(resume),
+        checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+    )
     DeltaSink(writer.target, app_id, merge, **options)  # validate now, on the driver
     return writer

@@ -9,6 +9,13 @@ commits) or, with ``DELTASINK_STREAM_ENGINE=spark`` and ``DELTASINK_DELTA_JARS``
 spark engine over real delta-spark.
 Progress goes to stdout as JSON lines.
 
+Issue 24 (a lost or changed checkpoint): ``DELTASINK_STREAM_SOURCE=delta`` reads INPUT
+as a Delta table (``readStream.format("delta")``, delta-spark's jars needed) instead of
+JSON files, from ``DELTASINK_STREAM_STARTING_VERSION`` when set;
+``DELTASINK_STREAM_RESUME=1`` passes ``resume=True`` to ``foreach_batch``. A micro-batch
+the sink refuses (:class:`~deltasink.errors.CheckpointResetError`) is reported as a
+``refused`` event and the job exits 3.
+
 Usage: ``python tests/jvm/stream_job.py INPUT CHECKPOINT TARGET APP_ID [DELAY_S]``
 """
 
@@ -22,7 +29,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltasink import DeltaSink, MergeSpec
+from deltasink import CheckpointResetError, DeltaSink, MergeSpec
 from deltasink.backends import select_engine
 from deltasink.backends.spark.conf import (
     TXN_APP_ID,
@@ -103,24 +110,45 @@ def main() -> None:
     recovered = sink.recover()
     say("recovered", versions=recovered.committed_versions)
 
+    resume = os.environ.get("DELTASINK_STREAM_RESUME") == "1"
+    refused: list[str] = []
+
     def handle(df: Any, batch_id: int) -> None:
         say("batch", batch=batch_id, frame=type(df).__module__)
-        sink.foreach_batch(df, batch_id)
-        say("committed", batch=batch_id)
+        try:
+            report = sink.foreach_batch(df, batch_id, resume=resume)
+        except CheckpointResetError as exc:
+            refused.append(str(exc))
+            say("refused", batch=batch_id, committed_by=exc.committed_by, query=exc.query_id)
+            raise
+        say("committed", batch=batch_id, version=report.committed_version)
         time.sleep(delay)
 
-    stream = (
-        spark.readStream.schema("id long, value string")
-        .option("maxFilesPerTrigger", 1)
-        .json(source)
-    )
+    if os.environ.get("DELTASINK_STREAM_SOURCE") == "delta":
+        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", 1)
+        starting = os.environ.get("DELTASINK_STREAM_STARTING_VERSION")
+        if starting:
+            reader = reader.option("startingVersion", starting)
+        stream = reader.load(source)
+    else:
+        stream = (
+            spark.readStream.schema("id long, value string")
+            .option("maxFilesPerTrigger", 1)
+            .json(source)
+        )
     query = (
         stream.writeStream.foreachBatch(handle)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    except Exception:
+        if refused:
+            spark.stop()
+            sys.exit(3)
+        raise
     status = sink.status()
     say("done", committed=status.committed_version, pending=status.pending_versions)
     spark.stop()

@@ -22,6 +22,7 @@ from deltasink.coalesce import coalesce
 from deltasink.direct import record_mark_softly
 from deltasink.errors import CommitError, ConfigurationError
 from deltasink.guards import MarkGuard, refuse_spec_change
+from deltasink.origin import ORIGIN_KEY
 from deltasink.participant import DiscardReason
 from deltasink.pending import schema_after
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
@@ -101,6 +102,7 @@ class EmbeddedBackend:
         self._foreign_intent: int | None = None  # the last intent read that was not ours
         self.write_through: int | None = None
         self._state: LogState | None = None  # as read last (read_state)
+        self.origin: tuple[int, str] | None = None
 
     # -- configuration -------------------------------------------------------------
 
@@ -269,7 +271,7 @@ class EmbeddedBackend:
             spec=self.spec_for_new_versions(),
             app_id=self.app_id,
             version=version,
-            metadata={"deltasink.staging": self.log.uri, "deltasink.rows": prepared.rows},
+            metadata=self._metadata(version, prepared.rows),
             before_attempt=self._fence,
         )
         self._staged.drop([version])
@@ -279,6 +281,14 @@ class EmbeddedBackend:
             version=version,
         )
         return result
+
+    def _metadata(self, version: int, rows: int) -> dict[str, object]:
+        """The commit metadata of the target commit whose marker is ``version``: with
+        the origin of the batch being written, when it is that version."""
+        metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
+        if self.origin is not None and self.origin[0] == version:
+            metadata[ORIGIN_KEY] = self.origin[1]
+        return metadata
 
     def _announce(self, version: int, *, epoch: int | None = None) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage
@@ -325,7 +335,7 @@ class EmbeddedBackend:
             spec=spec,
             app_id=self.app_id,
             version=staged.version,
-            metadata={"deltasink.staging": self.log.uri, "deltasink.rows": staged.rows},
+            metadata=self._metadata(staged.version, staged.rows),
             before_attempt=self._fence,
         )
         self._staged.drop([staged.version])
@@ -369,10 +379,7 @@ class EmbeddedBackend:
             app_id=self.app_id,
             version=staged[-1].version,
             versions=[s.version for s in staged],
-            metadata={
-                "deltasink.staging": self.log.uri,
-                "deltasink.rows": sum(s.rows for s in staged),
-            },
+            metadata=self._metadata(staged[-1].version, sum(s.rows for s in staged)),
             before_attempt=self._fence,
         )
         self._staged.drop(s.version for s in staged)

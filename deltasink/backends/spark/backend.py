@@ -77,6 +77,15 @@ class SparkBackend:
     #: Unused here: this engine records no publish intent (docs/spark-backend.md).
     write_through: int | None = None
 
+    @property
+    def origin(self) -> tuple[int, str] | None:
+        """The origin the target commit of a version records (see the port)."""
+        return self._target_writer.origin
+
+    @origin.setter
+    def origin(self, value: tuple[int, str] | None) -> None:
+        self._target_writer.origin = value
+
     def __init__(
         self,
         *,

@@ -202,6 +202,8 @@ class TargetWriter:
         self.max_attempts = max_attempts
         self.table_spec = table
         self._definition_checked = False
+        #: ``(version, encoded origin)``: recorded by the commit whose marker is it.
+        self.origin: tuple[int, str] | None = None
 
     def check_definition(self, columns: Sequence[str]) -> None:
         """Before a writer's first write: the batch has the columns a new target's
@@ -304,7 +306,8 @@ class TargetWriter:
         t = self.tables
         version = versions[-1]
         relation = t.staging_ref if unstaged is None else unstaged.view
-        metadata = user_metadata("commit", t.app_id, version, versions)
+        origin = self.origin[1] if self.origin is not None and self.origin[0] == version else None
+        metadata = user_metadata("commit", t.app_id, version, versions, origin)
         source = source_sql(relation, versions, columns, spec)
         spark = self._sql.session() if unstaged is None else unstaged.session
         target = self._logs.target_frame()
