@@ -35,6 +35,7 @@ from deltasink.errors import (
     StorageAccessError,
     StorageError,
     TableDefinitionError,
+    UnsafeStoreError,
     UnsupportedTableFeatureError,
     UnverifiableChecksError,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "StorageError",
     "TableDefinitionError",
     "TableSpec",
+    "UnsafeStoreError",
     "UnsupportedTableFeatureError",
     "UnverifiableChecksError",
     "__version__",
