@@ -38,6 +38,7 @@ from deltasink.errors import (
     StorageAccessError,
     StorageError,
     TableDefinitionError,
+    UnsafeStoreError,
     UnsupportedTableFeatureError,
     UnverifiableChecksError,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "StorageError",
     "TableDefinitionError",
     "TableSpec",
+    "UnsafeStoreError",
     "UnsupportedTableFeatureError",
     "UnverifiableChecksError",
     "__version__",

@@ -19,8 +19,10 @@ what the caller should do next::
     │   ├── StagingOwnershipError  the staging table belongs to another target or app
     │   ├── MarkerLostError        the target lost this app's txn marker (rewritten or
     │   │                          expired) while versions are pending: check by hand
-    │   └── UnverifiableChecksError the job's checks include callables an operator's
-    │                              sink cannot run: recover from the job, or skip them
+    │   ├── UnverifiableChecksError the job's checks include callables an operator's
+    │   │                          sink cannot run: recover from the job, or skip them
+    │   └── UnsafeStoreError       the storage options declare an object store without
+    │                              put-if-absent commits: fix them, or opt in to the risk
     ├── CommitError                the target was not changed for this version;
     │   │                          ``recover()`` finishes the job once the cause is gone
     │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
@@ -61,6 +63,7 @@ __all__ = [
     "StorageAccessError",
     "StorageError",
     "TableDefinitionError",
+    "UnsafeStoreError",
     "UnsupportedTableFeatureError",
     "UnverifiableChecksError",
 ]
@@ -235,6 +238,22 @@ class UnverifiableChecksError(ConfigurationError):
     ) -> None:
         super().__init__(message, table=table, app_id=app_id, version=version)
         self.checks = checks
+
+
+class UnsafeStoreError(ConfigurationError):
+    """The storage options declare an object store on which delta-rs would not create
+    Delta commit files only-if-absent (e.g. ``AWS_S3_ALLOW_UNSAFE_RENAME=true``): two
+    writers could both win one table version. Raised when the sink is built, before
+    anything is written; see :mod:`deltasink.stores`. Remove the options, or opt in
+    with ``allow_unsafe_commits=True`` (CLI ``-o deltasink.allow_unsafe_commits=true``).
+
+    Attributes:
+        reasons: What each offending option means.
+    """
+
+    def __init__(self, message: str, *, table: str | None = None, reasons: tuple[str, ...]) -> None:
+        super().__init__(message, table=table)
+        self.reasons = reasons
 
 
 class CommitError(DeltaSinkError):

@@ -31,6 +31,7 @@ from deltasink.protocol import (
 )
 from deltasink.spec import MergeSpec
 from deltasink.status import SinkStatus
+from deltasink.stores import checked_options
 from deltasink.table import TableSpec
 
 if TYPE_CHECKING:
@@ -144,7 +145,14 @@ class DeltaSink:
             since rows may hold personal data: the message then gives counts only.
         post_commit: Hooks run after each call that committed something
             (:mod:`deltasink.hooks`): compaction, notifications.
-        storage_options: delta-rs storage options for object stores.
+        storage_options: delta-rs storage options for object stores. Options that
+            declare an S3 store without put-if-absent commits
+            (``AWS_S3_ALLOW_UNSAFE_RENAME=true``, ``AWS_S3_LOCKING_PROVIDER``,
+            ``AWS_CONDITIONAL_PUT=disabled``; :mod:`deltasink.stores`) are refused with
+            :class:`~deltasink.errors.UnsafeStoreError` unless the user opts in.
+        allow_unsafe_commits: Opt in to such a store (also the storage option
+            ``deltasink.allow_unsafe_commits=true``): two writers may then both win one
+            table version, which loses a batch or lets a fenced writer go on.
         table: How the target is created on the first publish (partitioning,
             clustering, properties, comment; :class:`~deltasink.table.TableSpec`). An
             existing target that contradicts it is refused with
@@ -181,6 +189,7 @@ class DeltaSink:
         check_samples: bool = False,
         post_commit: Sequence[PostCommitHook] = (),
         storage_options: Mapping[str, str] | None = None,
+        allow_unsafe_commits: bool = False,
         table: TableSpec | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -240,6 +249,12 @@ class DeltaSink:
                 "Delta-enabled session.",
                 table=self.target,
             )
+        # The spark engine commits through Spark's LogStore: its options only read.
+        storage_options = checked_options(
+            [self.target, self.staging],
+            storage_options,
+            allow_unsafe_commits=bool(allow_unsafe_commits) or chosen != "embedded",
+        )
         parts = connect(
             chosen,
             SinkConfig(

@@ -1,0 +1,431 @@
+"""The protocol on a real S3 API: a moto server on 127.0.0.1 (tests/s3server.py).
+
+Covers write / pre_commit / commit / recover / status / gc and the CLI with ``-o``;
+two writers of one app (fencing) and two apps racing on the same new keys; a SIGKILL at
+every fault point, then recovery; all with delta-rs's default (conditional put), with
+``AWS_CONDITIONAL_PUT=etag`` and with the DynamoDB lock option (which deltalake 1.6
+ignores: checked by counting the DynamoDB requests); storage errors by kind; and the
+refusal of set-ups that declare a store without put-if-absent commits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from typer.testing import CliRunner
+
+from deltasink import (
+    DeltaSink,
+    FencedError,
+    MergeSpec,
+    StorageAccessError,
+    StorageError,
+    UnsafeStoreError,
+)
+from deltasink._faults import POINTS
+from deltasink.cli import EXIT_CONFIG, EXIT_ERROR, EXIT_FENCED, app
+from deltasink.errors import ConfigurationError
+from tests.s3server import BUCKET, S3Server
+
+pytest.importorskip("moto", reason="the S3 tests need moto[server] (the dev extra)")
+
+#: Store set-ups the scenarios run with: delta-rs's default, explicit conditional put,
+#: and the DynamoDB lock option (deltalake 1.6 ignores it; deltasink refuses it unless
+#: the user opts in, as here).
+STORES = {
+    "default": {},
+    "etag": {"AWS_CONDITIONAL_PUT": "etag"},
+    "dynamodb": {
+        "AWS_S3_LOCKING_PROVIDER": "dynamodb",
+        "DELTA_DYNAMO_TABLE_NAME": "delta_log",
+        "deltasink.allow_unsafe_commits": "true",
+    },
+}
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    server = S3Server()
+    server.client().create_bucket(Bucket=BUCKET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def uri() -> str:
+    """A fresh target location in the test bucket."""
+    return f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}/orders"
+
+
+def keys_under(s3: S3Server, uri: str) -> list[str]:
+    prefix = uri.removeprefix(f"s3://{BUCKET}/").split("/")[0] + "/"
+    listing = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return [item["Key"] for item in listing.get("Contents", [])]
+
+
+def rows(uri: str, options: dict[str, str]) -> list[dict[str, Any]]:
+    table = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+    return table.sort_by("id").to_pylist()
+
+
+def txn_commits(s3: S3Server, uri: str, app_id: str) -> dict[int, list[int]]:
+    """For each batch version of ``app_id``: the target commits carrying its marker."""
+    client = s3.client()
+    prefix = uri.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+    found: dict[int, list[int]] = {}
+    listing = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    for item in listing.get("Contents", []):
+        name = item["Key"].rsplit("/", 1)[1]
+        if not re.fullmatch(r"\d{20}\.json", name):
+            continue
+        body = client.get_object(Bucket=BUCKET, Key=item["Key"])["Body"].read().decode()
+        for line in body.splitlines():
+            txn = json.loads(line).get("txn")
+            if txn and txn["appId"] == app_id:
+                found.setdefault(txn["version"], []).append(int(name[:20]))
+    return found
+
+
+def _sink(uri: str, options: dict[str, str], app_id: str = "orders", **kw: Any) -> DeltaSink:
+    return DeltaSink(uri, app_id, MergeSpec(keys=["id"]), storage_options=options, **kw)
+
+
+@pytest.mark.parametrize("store", list(STORES))
+def test_the_protocol_on_s3(s3: S3Server, uri: str, store: str) -> None:
+    options = s3.storage_options(**STORES[store])
+    read = s3.storage_options()
+    s3.counts(reset=True)
+    sink = _sink(uri, options)
+    sink.write(pa.table({"id": [1, 2], "v": ["a", "b"]}), 0)  # direct publish
+    staged = sink.pre_commit(pa.table({"id": [2, 3], "v": ["c", "d"]}), 1)
+    assert staged.state == "staged"
+    sink.pre_commit(pa.table({"id": [4], "v": ["e"]}), 2)
+    st = sink.status()
+    assert (st.committed_version, st.pending_versions) == (0, [1, 2])
+
+    report = sink.commit(1)
+    assert [r.version for r in report.results] == [1]
+    assert report.committed_version == 1
+    # A new process recovers the rest.
+    recovered = _sink(uri, options).recover()
+    assert [(r.version, r.outcome) for r in recovered.results] == [(2, "committed")]
+    assert sink.commit(2).results == ()  # replay: a no-op
+
+    assert rows(uri, read) == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "c"},
+        {"id": 3, "v": "d"},
+        {"id": 4, "v": "e"},
+    ]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}
+    assert DeltaTable(uri, storage_options=read).version() == 2
+    st = _sink(uri, options).status()
+    assert (st.committed_version, st.pending_versions) == (2, [])
+    assert sink.gc().dry_run is False
+    # deltalake 1.6 has no DynamoDB lock: nothing asked DynamoDB, whatever the options.
+    assert s3.counts().get("DYNAMODB", 0) == 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"},
+        {"aws_s3_allow_unsafe_rename": "TRUE"},
+        {"AWS_S3_LOCKING_PROVIDER": "dynamodb"},
+        {"AWS_CONDITIONAL_PUT": "disabled"},
+        {"conditional_put": "disabled"},
+    ],
+    ids=["unsafe-rename", "unsafe-rename-lower", "dynamodb", "cput-disabled", "cput-short"],
+)
+def test_unsafe_set_ups_are_refused_before_anything_is_written(
+    s3: S3Server, uri: str, options: dict[str, str]
+) -> None:
+    with pytest.raises(UnsafeStoreError, match=r"allow_unsafe_commits=True") as err:
+        _sink(uri, s3.storage_options(**options))
+    assert err.value.table == uri
+    assert len(err.value.reasons) == 1
+    assert keys_under(s3, uri) == []
+
+
+def test_an_unsafe_option_from_the_environment_is_refused(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")
+    with pytest.raises(UnsafeStoreError, match="AWS_S3_ALLOW_UNSAFE_RENAME"):
+        _sink(uri, s3.storage_options())
+    monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "false")
+    _sink(uri, s3.storage_options()).write(pa.table({"id": [1], "v": ["a"]}), 0)
+    assert rows(uri, s3.storage_options()) == [{"id": 1, "v": "a"}]
+
+
+@pytest.mark.parametrize("how", ["keyword", "option"])
+def test_opting_in_lets_an_unsafe_set_up_write(s3: S3Server, uri: str, how: str) -> None:
+    options = s3.storage_options(AWS_S3_ALLOW_UNSAFE_RENAME="true")
+    if how == "keyword":
+        sink = _sink(uri, options, allow_unsafe_commits=True)
+    else:
+        sink = _sink(uri, {**options, "deltasink.allow_unsafe_commits": "true"})
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    assert rows(uri, s3.storage_options()) == [{"id": 1, "v": "a"}]
+    assert txn_commits(s3, uri, "orders") == {0: [0]}
+
+
+def test_an_unknown_deltasink_option_is_refused(s3: S3Server, uri: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"deltasink\.allow_unsafe_commits"):
+        _sink(uri, s3.storage_options(**{"deltasink.allow_unsafe_rename": "true"}))
+    with pytest.raises(ConfigurationError, match="true or false"):
+        _sink(uri, s3.storage_options(**{"deltasink.allow_unsafe_commits": "maybe"}))
+    assert keys_under(s3, uri) == []
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def _o(options: dict[str, str]) -> list[str]:
+    return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
+
+
+def test_the_cli_with_storage_options(s3: S3Server, uri: str) -> None:
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    sink.pre_commit(pa.table({"id": [2], "v": ["b"]}), 1)
+
+    code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
+    assert code == 0, out
+    assert (json.loads(out)["committed_version"], json.loads(out)["pending_versions"]) == (0, [1])
+    code, out = _cli("recover", uri, "--app", "orders", *_o(options))
+    assert code == 0, out
+    code, out = _cli("gc", uri, "--app", "orders", *_o(options))
+    assert code == 0, out
+    assert rows(uri, options) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1]}
+
+    # The unsafe set-up is refused by name (exit 3); the opt-in lets the command run.
+    unsafe = {**options, "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    code, out = _cli("status", uri, "--app", "orders", *_o(unsafe))
+    assert code == EXIT_CONFIG
+    assert "UnsafeStoreError" in out
+    opted = {**unsafe, "deltasink.allow_unsafe_commits": "true"}
+    code, out = _cli("status", uri, "--app", "orders", "--json", *_o(opted))
+    assert code == 0, out
+    assert json.loads(out)["committed_version"] == 1
+
+
+@pytest.mark.parametrize("store", list(STORES))
+def test_two_writers_of_one_app_the_older_is_fenced(s3: S3Server, uri: str, store: str) -> None:
+    options = s3.storage_options(**STORES[store])
+    old = _sink(uri, options)
+    old.pre_commit(pa.table({"id": [1], "v": ["a"]}), 0)
+    new = _sink(uri, options)
+    new.recover()
+    new.write(pa.table({"id": [2], "v": ["b"]}), 1)
+    with pytest.raises(FencedError):
+        old.pre_commit(pa.table({"id": [3], "v": ["zombie"]}), 2)
+    with pytest.raises(FencedError):
+        old.write(pa.table({"id": [3], "v": ["zombie"]}), 2)
+    assert rows(uri, s3.storage_options()) == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1]}
+    code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
+    assert code == 0, out
+    assert json.loads(out)["pending_versions"] == []
+    assert EXIT_FENCED == 7  # what the CLI would exit with for the zombie
+
+
+@pytest.mark.parametrize("store", list(STORES))
+def test_two_apps_racing_on_the_same_new_keys(s3: S3Server, uri: str, store: str) -> None:
+    """Two writers (app ids) upsert the same keys into a target neither has created,
+    five batches each, at the same time: each key once, every batch's marker in
+    exactly one commit, the last writer's value per key."""
+    options = s3.storage_options(**STORES[store])
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(app_id: str) -> None:
+        try:
+            sink = _sink(uri, options, app_id=app_id, max_commit_attempts=50)
+            start.wait()
+            for version in range(5):
+                ids = [version * 2, version * 2 + 1]
+                sink.write(pa.table({"id": ids, "v": [app_id] * 2}), version)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in ("left", "right")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    got = rows(uri, s3.storage_options())
+    assert [r["id"] for r in got] == list(range(10))  # each key exactly once
+    assert {r["v"] for r in got} <= {"left", "right"}
+    for app_id in ("left", "right"):
+        commits = txn_commits(s3, uri, app_id)
+        assert sorted(commits) == [0, 1, 2, 3, 4]
+        assert all(len(c) == 1 for c in commits.values()), commits
+    # every table version is one commit: no commit file was overwritten
+    assert DeltaTable(uri, storage_options=s3.storage_options()).version() == 9
+
+
+JOB = textwrap.dedent(
+    """
+    import contextlib, json, os, signal, sys
+    import pyarrow as pa
+    from deltasink import DeltaSink, MergeSpec, _faults
+
+    target, path, options, point = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    kill = lambda: os.kill(os.getpid(), signal.SIGKILL)
+    # SIGKILL at the second pass of the point (version 1): no clean-up, no flush.
+    armed = _faults.armed(point, kill, after=1) if point else contextlib.nullcontext()
+    with armed:
+        sink = DeltaSink(target, "crashy", MergeSpec(mode="append"), storage_options=options)
+        sink.recover()
+        for version, ids in enumerate([[1, 2], [3], [4, 5]]):
+            if path == "direct":
+                sink.write(pa.table({"id": ids}), version)
+            else:
+                sink.pre_commit(pa.table({"id": ids}), version)
+                sink.commit(version)
+    print("done")
+    """
+)
+DIRECT_POINTS = (
+    "stage.before_write",
+    "commit.before_publish",
+    "publish.before_target_commit",
+    "publish.after_target_commit",
+    "commit.after_publish",
+)
+CRASHES = [("default", "staged", p) for p in POINTS] + [
+    ("default", "direct", p) for p in DIRECT_POINTS
+]
+CRASHES += [("dynamodb", "staged", "publish.after_target_commit")]
+CRASHES += [("etag", "staged", "stage.after_files")]
+
+
+def _rerun(uri: str, path: str, options: dict[str, str]) -> None:
+    """The job again, from the start, in this process (what JOB does unarmed)."""
+    sink = DeltaSink(uri, "crashy", MergeSpec(mode="append"), storage_options=options)
+    sink.recover()
+    for version, ids in enumerate([[1, 2], [3], [4, 5]]):
+        if path == "direct":
+            sink.write(pa.table({"id": ids}), version)
+        else:
+            sink.pre_commit(pa.table({"id": ids}), version)
+            sink.commit(version)
+
+
+def _job(uri: str, path: str, options: dict[str, str], point: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB, uri, path, json.dumps(options), point],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(("store", "path", "point"), CRASHES)
+def test_sigkill_at_a_fault_point_then_recover(
+    s3: S3Server, uri: str, store: str, path: str, point: str
+) -> None:
+    """The child SIGKILLs itself at the second pass of ``point`` (version 1); a
+    restart recovers, then the job runs again from the start (replays are no-ops)."""
+    options = s3.storage_options(**STORES[store])
+    child = _job(uri, path, options, point)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL, (out, err)
+    report = DeltaSink(uri, "crashy", MergeSpec(mode="append"), storage_options=options).recover()
+    assert all(r.outcome == "committed" for r in report.results)
+    _rerun(uri, path, options)
+    got = DeltaTable(uri, storage_options=s3.storage_options()).to_pyarrow_table()
+    assert sorted(got["id"].to_pylist()) == [1, 2, 3, 4, 5]  # 0 lost, 0 duplicated
+    commits = txn_commits(s3, uri, "crashy")
+    assert {v: len(c) for v, c in commits.items()} == {0: 1, 1: 1, 2: 1}
+
+
+def test_a_sigkill_mid_write_then_recover(s3: S3Server, uri: str) -> None:
+    """A real SIGKILL from outside, while the child is inside a staging write."""
+    options = s3.storage_options()
+    child = _job(uri, "staged", options, "")
+    try:
+        child.communicate(timeout=4)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGKILL)
+        child.communicate()
+    DeltaSink(uri, "crashy", MergeSpec(mode="append"), storage_options=options).recover()
+    _rerun(uri, "staged", options)
+    got = DeltaTable(uri, storage_options=options).to_pyarrow_table()
+    assert sorted(got["id"].to_pylist()) == [1, 2, 3, 4, 5]
+
+
+# -- storage errors by kind -------------------------------------------------------------
+
+
+def _one_line(text: str) -> bool:
+    return "\n" not in text.strip()
+
+
+def test_wrong_credentials_is_a_storage_access_error(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "0")  # moto checks credentials
+    server = S3Server()
+    try:
+        options = server.storage_options()
+        sink = _sink(uri, options)
+        with pytest.raises(StorageAccessError, match="InvalidAccessKeyId") as err:
+            sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+        assert _one_line(str(err.value))
+        code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
+        assert code == EXIT_ERROR
+        assert json.loads(out)["error"] == "StorageAccessError"
+    finally:
+        server.stop()
+
+
+def test_an_unreachable_endpoint_is_a_storage_error(uri: str) -> None:
+    options = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # discard port: nothing listens
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "y",
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "max_retries": "1",
+        "retry_timeout": "2s",
+    }
+    with pytest.raises(StorageError, match="Connection refused") as err:
+        _sink(uri, options).write(pa.table({"id": [1], "v": ["a"]}), 0)
+    assert not isinstance(err.value, StorageAccessError)
+    assert _one_line(str(err.value))
+    code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
+    assert code == EXIT_ERROR
+    assert json.loads(out)["error"] == "StorageError"
+
+
+def test_a_missing_bucket_is_a_storage_error(s3: S3Server) -> None:
+    uri = "s3://no-such-bucket-deltasink/orders"
+    options = s3.storage_options()
+    with pytest.raises(StorageError, match="NoSuchBucket") as err:
+        _sink(uri, options).write(pa.table({"id": [1], "v": ["a"]}), 0)
+    assert not isinstance(err.value, StorageAccessError)
+    assert _one_line(str(err.value))
+    code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
+    assert code == EXIT_ERROR
+    assert json.loads(out)["error"] == "StorageError"
