@@ -894,15 +894,27 @@ class SinkContract:
             {"id": 1, "seq": 1, "n": 1, "extra": 1},
         ]
 
+    @pytest.mark.parametrize(
+        ("column", "found", "refusal"),
+        [
+            ("extra", pa.int64(), "column 'extra' .* is not in target"),
+            ("n", pa.string(), "column 'n' has type string"),
+        ],
+    )
     def test_a_stuck_version_read_back_aborted_and_sent_again_loses_nothing(
-        self, harness: Harness
+        self, harness: Harness, column: str, found: pa.DataType, refusal: str
     ) -> None:
+        if column == "n" and harness.sink_kwargs.get("engine") == "spark":
+            pytest.skip(
+                "the spark engine's staging table (one Delta schema) refused a changed "
+                "type already (DELTA_FAILED_TO_MERGE_FIELDS): no version got stuck so"
+            )
         sink = harness.sink(MergeSpec(keys=["id"]))
         sink.pre_commit(harness.make_table(pending_rows(0)), 0)
-        stage_as_an_old_release(sink, harness.make_table(pending_rows(1, n=pa.string())), 1)
-        with pytest.raises(CommitError, match=r"column 'n' has type string.*_deltasink_version"):
+        stage_as_an_old_release(sink, harness.make_table(pending_rows(1, **{column: found})), 1)
+        with pytest.raises(CommitError, match=f"{refusal}.*_deltasink_version = 1"):
             sink.commit(1)
-        # The way out the error names: read its rows, abort it, send it again.
+        # The way out the error names: read its rows, abort it, send it again fixed.
         staged = DeltaTable(sink.staging).to_pyarrow_table(
             filters=[("_deltasink_version", "=", 1)], columns=["id", "seq", "n"]
         )
@@ -911,6 +923,7 @@ class SinkContract:
         assert sink.pre_commit(harness.make_table(fixed), 1).state == "staged"
         assert sink.commit(1).committed_versions == [1]
         assert harness.marker() == 1
+        assert sink.status().pending_versions == []
         assert pending_contents(harness.target) == [
             {"id": 0, "seq": 0, "n": 0},
             {"id": 1, "seq": 1, "n": 1},

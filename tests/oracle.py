@@ -32,17 +32,24 @@ Two parts, both plain Python over lists of dicts:
   - a batch without a column leaves it null on inserted rows and unchanged on updated
     ones (schema evolution);
   - float keys (every keyed mode): -0.0 is the key 0.0 and is stored as 0.0; a batch
-    with a NaN key is refused (:meth:`Protocol.refuses`): nothing is staged or applied.
+    with a NaN key is refused (:meth:`Protocol.refuses_key`): nothing is staged or applied;
+  - the target's column types: the first version applied defines each column's type;
+    with schema evolution a later version adds its new columns with their types.
 
 * :class:`Protocol` is the two-phase commit's bookkeeping (SPEC's vocabulary):
   ``pre_commit`` of a version ≤ committed or already staged stages nothing;
   ``commit(n)`` applies every staged version ≤ n in ascending order; ``recover``
   applies all of them; ``abort`` drops one; a crash loses nothing staged.
+  Accepted means publishable (docs/guarantees.md): ``pre_commit`` refuses (stages
+  nothing) a batch that committing one by one would refuse: against the schema the
+  target will have once the versions pending before it are applied (on a new target
+  the first pending version defines it; with evolution each may add columns), a
+  column it does not have (without evolution) or of another type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +79,9 @@ class Fold:
     history: tuple[str, str, str] | None = None
     #: ``scd2``: per key, its events: sequence -> the row (``None``: a delete).
     events: dict[tuple[Any, ...], dict[Any, Row | None]] = field(default_factory=dict)
+    #: Column -> its type's name, once the target exists (``None``: not created yet).
+    types: dict[str, str] | None = None
+    evolve: bool = False
 
     @property
     def keyed(self) -> bool:
@@ -102,9 +112,15 @@ class Fold:
                 chosen[key] = row
         return list(chosen.values())
 
-    def apply(self, batch: Sequence[Row], columns: Sequence[str] = ()) -> None:
+    def apply(
+        self,
+        batch: Sequence[Row],
+        columns: Sequence[str] = (),
+        types: Mapping[str, str] | None = None,
+    ) -> None:
         """Apply one committed version whose schema has ``columns`` (schema evolution
-        adds new ones to the target even when the batch has no rows)."""
+        adds new ones to the target even when the batch has no rows) of ``types``."""
+        self.types = after(self.types, types or {}, evolve=self.evolve)
         for name in [*columns, *(n for row in batch for n in row)]:
             if name not in self.columns:
                 self.columns.append(name)
@@ -213,34 +229,82 @@ class Fold:
         return [{c: r.get(c) for c in self.columns} for r in rows]
 
 
+def after(
+    current: Mapping[str, str] | None, types: Mapping[str, str], *, evolve: bool
+) -> dict[str, str]:
+    """The target's column types after a version of ``types`` is applied."""
+    if current is None:
+        return dict(types)
+    new = {c: t for c, t in types.items() if evolve and c not in current}
+    return {**current, **new}
+
+
+def refused(
+    current: Mapping[str, str] | None, types: Mapping[str, str], *, evolve: bool
+) -> str | None:
+    """The column a version of ``types`` is refused for, applied to a target of
+    ``current`` types (``None``: it creates the target), or ``None``."""
+    if current is None:
+        return None
+    for column, kind in types.items():
+        if column not in current:
+            if not evolve:
+                return column
+        elif current[column] != kind:
+            return column
+    return None
+
+
 @dataclass
 class Protocol:
     """One writer's staged and committed versions, feeding a shared :class:`Fold`."""
 
     fold: Fold
     committed: int | None = None
-    staged: dict[int, tuple[list[Row], tuple[str, ...]]] = field(default_factory=dict)
+    staged: dict[int, tuple[list[Row], tuple[str, ...], dict[str, str]]] = field(
+        default_factory=dict
+    )
 
-    def refuses(self, version: int, batch: Sequence[Row]) -> bool:
+    def refuses_key(self, version: int, batch: Sequence[Row]) -> bool:
         """Whether ``pre_commit(version, batch)`` is refused (a NaN key): only a version
         that would be staged is validated (a replay or duplicate is dropped first)."""
         fresh = (self.committed is None or version > self.committed) and version not in self.staged
         return fresh and self.fold.refuses(batch)
 
-    def pre_commit(self, version: int, batch: Sequence[Row], columns: Sequence[str] = ()) -> bool:
+    def refuses(self, version: int, types: Mapping[str, str]) -> str | None:
+        """The column ``pre_commit`` of ``version`` with ``types`` is refused for (a
+        duplicate never is: it stages nothing), or ``None``."""
+        if (self.committed is not None and version <= self.committed) or version in self.staged:
+            return None
+        current = self.fold.types
+        for pending in sorted(self.staged):
+            current = after(current, self.staged[pending][2], evolve=self.fold.evolve)
+        return refused(current, types, evolve=self.fold.evolve)
+
+    def pre_commit(
+        self,
+        version: int,
+        batch: Sequence[Row],
+        columns: Sequence[str] = (),
+        types: Mapping[str, str] | None = None,
+    ) -> bool:
         """Whether the version was staged (False: a duplicate, dropped)."""
         if self.committed is not None and version <= self.committed:
             return False
         if version in self.staged:
             return False
-        self.staged[version] = (list(batch), tuple(columns))
+        assert self.refuses(version, types or {}) is None, "check refuses() first"
+        self.staged[version] = (list(batch), tuple(columns), dict(types or {}))
         return True
 
     def commit(self, upto: int) -> list[int]:
         done = []
         for version in sorted(v for v in self.staged if v <= upto):
-            rows, columns = self.staged.pop(version)
-            self.fold.apply(rows, columns)
+            rows, columns, types = self.staged.pop(version)
+            assert refused(self.fold.types, types, evolve=self.fold.evolve) is None, (
+                "accepted means publishable"
+            )
+            self.fold.apply(rows, columns, types)
             self.committed = version
             done.append(version)
         return done
@@ -248,8 +312,14 @@ class Protocol:
     def recover(self) -> list[int]:
         return self.commit(max(self.staged, default=-1))
 
-    def write(self, version: int, batch: Sequence[Row], columns: Sequence[str] = ()) -> list[int]:
-        self.pre_commit(version, batch, columns)
+    def write(
+        self,
+        version: int,
+        batch: Sequence[Row],
+        columns: Sequence[str] = (),
+        types: Mapping[str, str] | None = None,
+    ) -> list[int]:
+        self.pre_commit(version, batch, columns, types)
         return self.commit(version)
 
     def abort(self, version: int) -> bool:

@@ -3,9 +3,14 @@
 Hypothesis draws a key type and a history of ``pre_commit`` / ``write`` / ``commit(n)``
 / ``abort`` / ``recover`` / a crash at a fault point followed by a new sink's
 ``recover`` / a replay of a committed version / a second app id writing to the same
-target. The history runs twice on real Delta tables, once with coalesced commits and
-once one by one; after each run the target, the marker and the pending versions must
-equal the oracle's. So coalesced = one by one = crash-and-recover = the oracle.
+target / a ``pre_commit`` of another schema (a column added, of one type or another,
+or a column changing type: "mixed"). The history runs twice on real Delta tables, once
+with coalesced commits and once one by one; after each run the target, the marker and
+the pending versions must equal the oracle's. So coalesced = one by one =
+crash-and-recover = the oracle. Every ``pre_commit`` the oracle refuses (accepted means
+publishable) must raise ``SchemaMismatchError`` naming the column and stage nothing;
+every one it accepts must be published by the commits that follow (a failing commit
+fails the run).
 
 Profiles: ``ci`` (default, bounded: about a minute) and ``long``
 (``DELTASINK_HYPOTHESIS_PROFILE=long``, ``DELTASINK_PROPERTY_EXAMPLES`` examples per
@@ -28,7 +33,7 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deltasink import DeltaSink, MergeSpec
+from deltasink import DeltaSink, MergeSpec, SchemaMismatchError
 from deltasink._faults import FaultInjected, armed
 from deltasink.errors import DeltaSinkError, InvalidKeyError
 from tests.oracle import Fold, Protocol, Row
@@ -170,7 +175,10 @@ def batches(draw: Any, shape: str, keyed_unique: bool) -> list[tuple[int, int, b
     return [(k, draw(st.integers(0, 3)), deletes and draw(st.booleans())) for k in keys]
 
 
-OPS = ("stage", "write", "commit", "abort", "recover", "crash", "other", "replay")
+OPS = ("stage", "write", "commit", "abort", "recover", "crash", "other", "replay", "mixed")
+#: The schemas a "mixed" step stages, by its ``pick``: a column ``x`` added as a long or
+#: as a string, the column ``v`` as a long instead of a string.
+MIXED = ("x-long", "x-string", "v-long", "x-long")
 POINTS = (
     "commit.before_publish",
     "publish.before_target_commit",
@@ -197,6 +205,21 @@ def histories(draw: Any, shape: str) -> tuple[str, list[tuple[Any, ...]]]:
             )
         )
     return kind, steps
+
+
+def expect_refusal(call: Any, table: pa.Table, version: int, column: str | None, nan: bool) -> None:
+    """``call(table, version)`` is refused by name, as the oracle says: a column that
+    does not fit (SchemaMismatchError), a NaN key (InvalidKeyError), or either when
+    the batch has both."""
+    if column is not None and nan:
+        with pytest.raises((SchemaMismatchError, InvalidKeyError)):
+            call(table, version)
+    elif column is not None:
+        with pytest.raises(SchemaMismatchError, match=f"column '{column}'"):
+            call(table, version)
+    else:
+        with pytest.raises(InvalidKeyError, match="is NaN"):
+            call(table, version)
 
 
 class Run:
@@ -237,6 +260,7 @@ class Run:
                 CONDITIONS[options["replace_where"]] if "replace_where" in options else None
             ),
             history=self.spec.history if self.spec.mode == "scd2" else None,
+            evolve=self.evolve,
         )
         self.models = {"a": Protocol(fold), "b": Protocol(fold)}
         self.fold = fold
@@ -247,7 +271,23 @@ class Run:
     def _sink(self, app: str) -> DeltaSink:
         return DeltaSink(self.target, app, self.spec, coalesce=self.coalesce, **self.sink_kwargs)
 
-    def rows(self, app: str, version: int, drawn: list[tuple[int, int, bool]]) -> list[Row]:
+    def mixed(self, pick: int) -> str:
+        """The schema variant a "mixed" step stages."""
+        variant = MIXED[pick]
+        if self.sink_kwargs.get("engine") == "spark":
+            # The spark engine's staging table has one Delta schema: a type an aborted
+            # version left there refuses another (DELTA_FAILED_TO_MERGE_FIELDS).
+            return "x-long"
+        options = SHAPES[self.shape]
+        if variant == "v-long" and (
+            "replace_where" in options or "not_matched_by_source_condition" in options
+        ):
+            return "x-string"  # those predicates compare v with strings
+        return variant
+
+    def rows(
+        self, app: str, version: int, drawn: list[tuple[int, int, bool]], variant: str | None
+    ) -> list[Row]:
         rows = []
         for i, (key, seq, delete) in enumerate(drawn):
             row: Row = dict(zip(self.keys, KEY_TYPES[self.kind][1](key), strict=True))
@@ -266,12 +306,18 @@ class Run:
                 row["op"] = "D" if delete else "U"
             if self.evolve and self.batches >= 2:
                 row["extra"] = seq * 10
+            if variant == "x-long":
+                row["x"] = i
+            elif variant == "x-string":
+                row["x"] = f"x{i}"
+            elif variant == "v-long":
+                row["v"] = i
             rows.append(row)
         return rows
 
-    def table(self, rows: list[Row]) -> pa.Table:
+    def table(self, rows: list[Row], variant: str | None) -> pa.Table:
         fields = [pa.field(k, t) for k, t in zip(self.keys, KEY_TYPES[self.kind][0], strict=True)]
-        fields.append(pa.field("v", pa.string()))
+        fields.append(pa.field("v", pa.int64() if variant == "v-long" else pa.string()))
         if self.partial:
             fields.append(pa.field("w", pa.string()))
         if self.spec.sequence_by:
@@ -280,32 +326,45 @@ class Run:
             fields.append(pa.field("op", pa.string()))
         if self.evolve and self.batches >= 2:
             fields.append(pa.field("extra", pa.int64()))
+        if variant in ("x-long", "x-string"):
+            fields.append(pa.field("x", pa.int64() if variant == "x-long" else pa.string()))
         schema = pa.schema(fields)
         return pa.Table.from_pylist(rows, schema=schema)
 
     def batch(
-        self, app: str, version: int, drawn: list[tuple[int, int, bool]]
+        self,
+        app: str,
+        version: int,
+        drawn: list[tuple[int, int, bool]],
+        variant: str | None = None,
     ) -> tuple[pa.Table, list[Row]]:
-        rows = self.rows(app, version, drawn)
-        table = self.table(rows)
+        rows = self.rows(app, version, drawn, variant)
+        table = self.table(rows, variant)
         self.batches += 1
         return table, rows
 
     def step(self, op: str, drawn: list[tuple[int, int, bool]], pick: int, point: str) -> None:
         a, model = self.sinks["a"], self.models["a"]
-        if op in ("stage", "write"):
+        if op in ("stage", "write", "mixed"):
             version = self.next["a"]
             self.next["a"] += 1
-            table, rows = self.batch("a", version, drawn)
-            if model.refuses(version, rows):  # a NaN key: nothing staged or committed
-                with pytest.raises(InvalidKeyError, match="is NaN"):
-                    (a.pre_commit if op == "stage" else a.write)(table, version)
-            elif op == "stage":
-                a.pre_commit(table, version)
-                model.pre_commit(version, rows, table.column_names)
-            else:
+            variant = self.mixed(pick) if op == "mixed" else None
+            table, rows = self.batch("a", version, drawn, variant)
+            types = column_types(table)
+            refused = model.refuses(version, types)
+            nan = model.refuses_key(version, rows)
+            if refused is not None or nan:  # refused now, by name: nothing staged
+                expect_refusal(
+                    a.write if op == "write" else a.pre_commit, table, version, refused, nan
+                )
+                assert a.status().pending_versions == model.pending
+                return
+            if op == "write":
                 a.write(table, version)
-                model.write(version, rows, table.column_names)
+                model.write(version, rows, table.column_names, types)
+            else:
+                assert a.pre_commit(table, version).state == "staged"
+                model.pre_commit(version, rows, table.column_names, types)
         elif op == "commit":
             upto = max(self.next["a"] - 1 - pick, 0)
             a.commit(upto)
@@ -329,15 +388,22 @@ class Run:
             self.sinks["a"].recover()
             model.recover()
         elif op == "other":  # a second app id on the same target
+            if self.fold.types is None and model.pending:
+                # Not on a target app a's pending versions are to create: another writer
+                # changing the target under pending versions is outside "accepted means
+                # publishable" (docs/guarantees.md).
+                return
             version = self.next["b"]
             self.next["b"] += 1
             table, rows = self.batch("b", version, drawn)
-            if self.models["b"].refuses(version, rows):
-                with pytest.raises(InvalidKeyError, match="is NaN"):
-                    self.sinks["b"].write(table, version)
-            else:
-                self.sinks["b"].write(table, version)
-                self.models["b"].write(version, rows, table.column_names)
+            types = column_types(table)
+            refused = self.models["b"].refuses(version, types)
+            nan = self.models["b"].refuses_key(version, rows)
+            if refused is not None or nan:
+                expect_refusal(self.sinks["b"].write, table, version, refused, nan)
+                return
+            self.sinks["b"].write(table, version)
+            self.models["b"].write(version, rows, table.column_names, types)
         elif op == "replay" and model.committed is not None:
             version = max(model.committed - pick, 0)
             table, rows = self.batch("a", version, drawn)  # other rows, same version
@@ -356,6 +422,11 @@ class Run:
             if model.committed is not None:
                 assert DeltaTable(self.target).transaction_version(app) == model.committed
             assert self.sinks[app].status().pending_versions == model.pending
+
+
+def column_types(table: pa.Table) -> dict[str, str]:
+    """The oracle's view of a batch's schema: column -> its type's name."""
+    return {f.name: str(f.type) for f in table.schema}
 
 
 def _tuple(columns: list[str] | None) -> tuple[str, ...] | None:
@@ -420,6 +491,30 @@ def test_defect_coalesced_sequence_and_deletes_equal_one_by_one() -> None:
     for coalesce in (True, False):
         run = run_history("upsert-sequence-delete", "int64", steps, coalesce=coalesce)
         assert sorted(r["v"] for r in run.fold.expected()) == ["a2.0", "a2.1"]
+
+
+@pytest.mark.parametrize("shape", ["upsert", "append", "scd2", "upsert-schema-evolution"])
+def test_defect_mixed_schema_pending_versions_are_refused_or_published(shape: str) -> None:
+    # On a new target, v0 pending defines the table: x as a long (v1), x as a string
+    # (v2), v as a long (v3). Without evolution all three are refused at pre_commit;
+    # with it v1 is accepted and published, v2 and v3 are refused. Coalesced and one by
+    # one alike; nothing accepted fails to commit.
+    steps = [
+        ("stage", [(1, 1, False)], 0, POINTS[0]),
+        ("mixed", [(2, 2, False)], 0, POINTS[0]),
+        ("mixed", [(3, 3, False)], 1, POINTS[0]),
+        ("mixed", [(4, 0, False)], 2, POINTS[0]),
+        ("commit", [], 0, POINTS[0]),
+    ]
+    evolve = shape.endswith("evolution")
+    for coalesce in (True, False):
+        run = run_history(shape, "int64", steps, coalesce=coalesce)
+        published = sorted((r["v"], r.get("x")) for r in run.fold.expected())
+        assert published == ([("a0.0", None), ("a1.0", 0)] if evolve else [("a0.0", None)])
+        assert DeltaTable(run.target).transaction_version("a") == (1 if evolve else 0)
+        assert sorted(map(_canon, DeltaTable(run.target).to_pyarrow_table().to_pylist())) == (
+            sorted(map(_canon, run.fold.expected()))
+        )
 
 
 @pytest.mark.parametrize("kind", ["timestamp-us", "timestamp-utc"])

@@ -56,6 +56,7 @@ def test_every_section_is_covered() -> None:
         "I need to re-run a day",
         "Housekeeping",
         "The target lost its markers (`MarkerLostError`)",
+        "A staged version does not fit the target",
     }
 
 
@@ -161,3 +162,26 @@ def test_the_target_lost_its_markers(target: str) -> None:
     assert run(recover, target)[0] == 0
     DeltaSink(target, "orders-ingest", UPSERT).write(batch(4), 43)
     assert support.ids(target) == [1, 2, 3, 4]
+
+
+def test_a_staged_version_does_not_fit_the_target(target: str) -> None:
+    from deltalake import DeltaTable, Field
+
+    from tests.contract import stage_as_an_old_release
+
+    job = DeltaSink(target, "orders-ingest", UPSERT)
+    job.pre_commit(batch(1), 6)
+    extra = pa.table({"id": pa.array([2], pa.int64()), "value": ["v2"], "b": [20]})
+    stage_as_an_old_release(job, extra, 7)  # staged by a release without the check
+    (recover,) = sections()["A staged version does not fit the target"]
+    code, output = run(recover, target)
+    assert code == 4
+    flat = " ".join(output.split())
+    assert "column 'b' (int64) is not in target" in flat
+    assert "Staged version 7 cannot be published as it is" in flat
+    assert support.marker(target, "orders-ingest") == 6
+    DeltaTable(target).alter.add_columns(Field("b", "long", nullable=True))
+    code, output = run(recover, target)
+    assert code == 0
+    assert "committed version is now 7" in output
+    assert [(r["id"], r["b"]) for r in support.rows(target)] == [(1, None), (2, 20)]

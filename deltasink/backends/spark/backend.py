@@ -270,9 +270,14 @@ class SparkBackend:
         """:func:`~deltasink.pending.schema_after` (checking each version) for staged
         ``versions``, from the staging table's schema and each version's columns."""
         arrow = spark_empty(staging).schema
+        # (a column of an empty version may be absent: Spark wrote no file for it)
+        staged = [
+            (v, pa.schema([arrow.field(c) for c in self._logs.columns(v) if c in arrow.names]))
+            for v in versions
+        ]
         return schema_after(
             None if target is None else spark_empty(target).schema,
-            [(v, pa.schema([arrow.field(c) for c in self._logs.columns(v)])) for v in versions],
+            staged,
             self.spec_for_staged(),
             table=self.target,
             app_id=self.app_id,
@@ -294,7 +299,8 @@ class SparkBackend:
         staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
         found = {f.name: f.dataType for f in target.schema.fields}
         staged = {f.name: f.dataType for f in staging.schema.fields}
-        if all(found.get(c) == staged[c] for v in versions for c in self._logs.columns(v)):
+        columns = {c for v in versions for c in self._logs.columns(v)}
+        if all(found.get(c) == staged.get(c) for c in columns):
             return
         self._schema_after(versions, staging, target)
 
