@@ -277,7 +277,10 @@ class sql:
     label: str | None = None
 
     def __post_init__(self) -> None:
-        parse_query(self.query, "checks.sql")  # exactly one query, or refused by name
+        query: object = self.query
+        if not isinstance(query, str):
+            raise ConfigurationError(f"checks.sql takes a query string, got {query!r}.")
+        parse_query(query, "checks.sql")  # exactly one query, or refused by name
         if self.label is not None and not isinstance(self.label, str):
             raise ConfigurationError(f"checks.sql label must be a string, got {self.label!r}.")
 
@@ -308,7 +311,10 @@ def expect(predicate: str, *, label: str | None = None) -> sql:
             (:mod:`deltasink.predicates`); it is re-emitted from its parse, never
             spliced as written.
     """
-    rendered = render(predicate, "spark", "checks.expect")
+    text: object = predicate
+    if not isinstance(text, str):
+        raise ConfigurationError(f"checks.expect takes a predicate string, got {text!r}.")
+    rendered = render(text, "spark", "checks.expect")
     return sql(
         f"SELECT * FROM staged WHERE NOT coalesce(({rendered}), false)",
         label=label or f"expect({predicate!r})",

@@ -156,6 +156,10 @@ def test_built_in_checks_with_invalid_arguments_are_refused_when_made() -> None:
         checks.row_count_within(-10)
     with pytest.raises(ConfigurationError, match="percentage >= 0"):
         checks.row_count_within(float("nan"))
+    with pytest.raises(ConfigurationError, match="takes a predicate string"):
+        checks.expect(["amount > 0"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="takes a query string"):
+        checks.sql(["SELECT 1"])  # type: ignore[arg-type]
 
 
 #: Predicates in the forms users write, each compared as written and as re-emitted.
