@@ -277,7 +277,10 @@ class sql:
     label: str | None = None
 
     def __post_init__(self) -> None:
-        parse_query(self.query, "checks.sql")  # exactly one query, or refused by name
+        query: object = self.query
+        if not isinstance(query, str):
+            raise ConfigurationError(f"checks.sql takes a query string, got {query!r}.")
+        parse_query(query, "checks.sql")  # exactly one query, or refused by name
         if self.label is not None and not isinstance(self.label, str):
             raise ConfigurationError(f"checks.sql label must be a string, got {self.label!r}.")
 
@@ -308,7 +311,10 @@ def expect(predicate: str, *, label: str | None = None) -> sql:
             (:mod:`deltasink.predicates`); it is re-emitted from its parse, never
             spliced as written.
     """
-    rendered = render(predicate, "spark", "checks.expect")
+    text: object = predicate
+    if not isinstance(text, str):
+        raise ConfigurationError(f"checks.expect takes a predicate string, got {text!r}.")
+    rendered = render(text, "spark", "checks.expect")
     return sql(
         f"SELECT * FROM staged WHERE NOT coalesce(({rendered}), false)",
         label=label or f"expect({predicate!r})",
@@ -387,7 +393,8 @@ def validate_on(checks: Sequence[Check], columns: Sequence[str], frame: Callable
     """Validate ``checks`` against a batch with ``columns`` (deltasink's system columns
     removed), before it is staged: the built-ins' columns exist, and each SQL check
     analyses over ``frame()``, a zero-row DataFrame of the batch's schema on the engine
-    that runs SQL checks (called only when there is a SQL check).
+    that runs SQL checks (called only when there is a SQL check; when it cannot be
+    built, the SQL checks are left to run on the staged rows as before).
 
     Raises:
         ConfigurationError: A check that could never pass or fail on its merits.
@@ -405,7 +412,10 @@ def validate_on(checks: Sequence[Check], columns: Sequence[str], frame: Callable
     queries = [c for c in checks if isinstance(c, sql)]
     if not queries:
         return
-    df = frame()
+    try:
+        df = frame()
+    except Exception:  # a schema the engine cannot build empty: the checks run as before
+        return
     view = f"deltasink_check_{uuid.uuid4().hex}"
     df.createOrReplaceTempView(view)
     try:

@@ -156,3 +156,99 @@ def test_built_in_checks_with_invalid_arguments_are_refused_when_made() -> None:
         checks.row_count_within(-10)
     with pytest.raises(ConfigurationError, match="percentage >= 0"):
         checks.row_count_within(float("nan"))
+    with pytest.raises(ConfigurationError, match="takes a predicate string"):
+        checks.expect(["amount > 0"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="takes a query string"):
+        checks.sql(["SELECT 1"])  # type: ignore[arg-type]
+
+
+#: Predicates in the forms users write, each compared as written and as re-emitted.
+ROUND_TRIP = [
+    "op = 'D'",
+    "op <> 'D' AND amount > 10",
+    "NOT (op = 'U' OR amount IS NULL)",
+    "amount BETWEEN 5 AND 20",
+    "op IN ('D', 'X')",
+    "name LIKE 'O\\'B%'",
+    "name RLIKE '^[a-z]+$'",
+    "coalesce(flag, false)",
+    "flag",
+    "nvl(amount, 0) >= 10",
+    "if(amount > 10, true, false)",
+    "CASE WHEN op = 'D' THEN true ELSE amount > 20 END",
+    "date(ts) = DATE'2026-01-02'",
+    "ts >= TIMESTAMP'2026-01-02 00:00:00'",
+    "lower(name) = 'o\\'brien'",
+    "length(name) > 3 AND substr(name, 1, 1) = 'O'",
+    "amount <=> NULL",
+    "array_contains(tags, 'vip')",
+    "exists(tags, t -> t = 'vip')",
+    "cast(amount AS INT) % 2 = 0",
+    'name = "plain"',
+]
+
+
+def test_reemitted_predicates_select_the_same_rows_on_spark(spark: Any) -> None:
+    import datetime
+
+    rows = [
+        ("D", 5.0, True, "O'Brien", datetime.datetime(2026, 1, 2, 10), ["vip"]),
+        ("U", 15.0, None, "plain", datetime.datetime(2026, 1, 1, 9), []),
+        ("X", None, False, "o'brien", datetime.datetime(2026, 1, 3, 8), ["x", "vip"]),
+        ("U", 25.0, True, "abc", datetime.datetime(2026, 1, 2, 0), ["x"]),
+    ]
+    frame = spark.createDataFrame(
+        rows,
+        "op string, amount double, flag boolean, name string, ts timestamp, tags array<string>",
+    )
+    for text in ROUND_TRIP:
+        rendered = render(text, "spark")
+        as_written = [r[0] for r in frame.selectExpr(f"coalesce(({text}), false)").collect()]
+        as_parsed = [r[0] for r in frame.selectExpr(f"coalesce(({rendered}), false)").collect()]
+        assert as_parsed == as_written, (text, rendered)
+
+
+#: Predicates both engines evaluate: Spark reads the text, delta-rs the re-emission.
+BOTH_ENGINES = [
+    "name = 'O\\'Brien'",
+    'name = "it\'s"',
+    "path = 'a\\\\b'",
+    "name <> 'O\\'Brien' AND amount > 10",
+    "op IN ('D', 'X') OR amount IS NULL",
+    "amount BETWEEN 5 AND 20 -- ) OR (1=1",
+    "name LIKE 'O\\'B%' /* a comment */",
+    "amount <=> 15.0",
+    "NOT (op = 'U')",
+    "CASE WHEN op = 'D' THEN true ELSE amount > 20 END",
+    "coalesce(amount, 0) >= 15",
+]
+
+
+def test_delta_rs_reads_the_reemitted_predicate_as_spark_reads_the_text(
+    spark: Any, tmp_path: Any
+) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    table = pa.table(
+        {
+            "id": [1, 2, 3, 4],
+            "op": ["D", "U", "X", "U"],
+            "amount": [5.0, 15.0, None, 25.0],
+            "name": ["O'Brien", "it's", "o'brien", "abc"],
+            "path": ["a\\b", "a\\\\b", "ab", "a'b"],
+        }
+    )
+    frame = spark.createDataFrame(
+        table.to_pylist(), "id long, op string, amount double, name string, path string"
+    )
+    for i, text in enumerate(BOTH_ENGINES):
+        spark_hits = sorted(
+            r.id
+            for r in frame.where(text).select("id").collect()  # null: not a hit
+        )
+        uri = str(tmp_path / f"t{i}")
+        write_deltalake(uri, table)
+        DeltaTable(uri).delete(render(text, "delta-rs"))  # what a MERGE condition gets
+        kept = DeltaTable(uri).to_pyarrow_table().column("id").to_pylist()
+        assert sorted(set(table.column("id").to_pylist()) - set(kept)) == spark_hits, text
