@@ -19,7 +19,7 @@ from deltasink.failures import storage_failure
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
-from deltasink.locations import default_staging, is_catalog_name, normalize_uri
+from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
 from deltasink.protocol import (
     CommitReport,
     Committable,
@@ -213,7 +213,7 @@ class DeltaSink:
             )
         else:
             self.staging = default_staging(self.target, app_id)
-        if self.staging == self.target:
+        if same_location(self.staging, self.target):
             raise ConfigurationError(
                 "staging must be a different location than target.", table=self.target
             )
