@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.inputs import Batch
+from deltasink.locations import location_key
 from deltasink.protocol import CommitReport, Committable, check_version
 from deltasink.sink import DeltaSink, SinkStatus
 
@@ -101,7 +102,7 @@ class SinkGroup:
         if not sinks:
             raise ConfigurationError("a SinkGroup needs at least one sink.")
         targets = [s.target for s in sinks.values()]
-        if len(set(targets)) != len(targets):
+        if len({location_key(t) for t in targets}) != len(targets):
             raise ConfigurationError(f"two sinks of the group share a target: {targets}.")
         self.sinks = dict(sinks)
 

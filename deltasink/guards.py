@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from deltasink.committables import StagedVersion
 from deltasink.errors import ConfigurationError, MarkerLostError, StagingOwnershipError
 from deltasink.layout import PROP_APP, PROP_TARGET
+from deltasink.locations import same_location
 from deltasink.spec import MergeSpec
 
 __all__ = ["MarkGuard", "check_owner", "refuse_spec_change"]
@@ -18,6 +19,10 @@ logger = logging.getLogger("deltasink")
 
 def check_owner(props: Mapping[str, str], *, staging: str, target: str, app_id: str) -> None:
     """Raise unless the staging table's properties name ``target`` and ``app_id``.
+
+    The target is compared as a location (:func:`~deltasink.locations.same_location`):
+    a symlink, a trailing slash, ``s3a://`` for ``s3://`` or ``wasbs://`` for
+    ``abfss://`` is the same target, so the writer takes over its own pending versions.
 
     Raises:
         StagingOwnershipError: deltasink did not create the table, or it belongs to
@@ -32,11 +37,17 @@ def check_owner(props: Mapping[str, str], *, staging: str, target: str, app_id: 
             table=staging,
             app_id=app_id,
         )
-    if owner_target != target or owner_app != app_id:
+    if not same_location(owner_target, target) or owner_app != app_id:
         raise StagingOwnershipError(
             f"staging table {staging} belongs to target {owner_target!r} and app "
-            f"{owner_app!r}, not to target {target!r} and app {app_id!r}. Each (target, "
-            "app_id) needs its own staging table: pass another staging= location.",
+            f"{owner_app!r}, not to target {target!r} and app {app_id!r}; it may hold "
+            "that writer's pending versions, so it is left as it is. If this sink is "
+            f"that writer under another spelling of the location, pass target="
+            f"{owner_target!r} and app_id={owner_app!r} (its pending versions are "
+            "recovered there). Otherwise give this sink a staging= location of its own "
+            "(each (target, app_id) has its own staging table); do not delete this one "
+            f"before `deltasink status {owner_target} --app {owner_app}` shows nothing "
+            "pending.",
             table=staging,
             app_id=app_id,
         )

@@ -20,7 +20,7 @@ from deltasink.failures import storage_failure
 from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
-from deltasink.locations import default_staging, is_catalog_name, normalize_uri
+from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
 from deltasink.origin import BatchOrigin, ResumePoint, encode, resolve, resume_point, stream_origin
 from deltasink.protocol import (
     CommitReport,
@@ -229,7 +229,7 @@ class DeltaSink:
             )
         else:
             self.staging = default_staging(self.target, app_id)
-        if self.staging == self.target:
+        if same_location(self.staging, self.target):
             raise ConfigurationError(
                 "staging must be a different location than target.", table=self.target
             )

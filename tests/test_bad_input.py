@@ -22,6 +22,9 @@ from deltasink import (
     SchemaMismatchError,
     StagingOwnershipError,
 )
+from deltasink.guards import check_owner
+from deltasink.layout import PROP_APP, PROP_TARGET
+from deltasink.locations import location_key, normalize_uri
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])
@@ -168,6 +171,92 @@ def test_staging_of_another_target_is_refused(existing: DeltaSink, tmp_path: Pat
     with pytest.raises(StagingOwnershipError, match="belongs to target"):
         other.write(orders(id=[3], value=["c"]), 1)
     assert not support.exists(str(tmp_path / "elsewhere"))
+
+
+def test_staging_of_another_target_says_how_to_keep_its_pending_versions(
+    existing: DeltaSink, tmp_path: Path
+) -> None:
+    existing.pre_commit(orders(id=[3], value=["c"]), 1)  # pending in that staging table
+    other = DeltaSink(str(tmp_path / "elsewhere"), "bad-input", UPSERT, staging=existing.staging)
+    with pytest.raises(StagingOwnershipError) as info:
+        other.recover()
+    message = str(info.value)
+    assert "pass another staging=" not in message  # that advice orphaned versions
+    assert f"pass target={existing.target!r} and app_id='bad-input'" in message
+    assert f"`deltasink status {existing.target} --app bad-input`" in message
+    assert existing.status().pending_versions == [1]
+
+
+def test_one_local_table_through_a_symlink_and_a_trailing_slash_is_one_location(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    job = DeltaSink(str(real / "orders"), "app", UPSERT, staging=str(real / "stage"))
+    job.write(orders(id=[1], value=["a"]), 0)
+    job.pre_commit(orders(id=[2], value=["b"]), 1)  # then the job stops
+    # The next run spells the same tables through the symlink, with trailing slashes.
+    again = DeltaSink(
+        f"{tmp_path / 'link' / 'orders'}/", "app", UPSERT, staging=f"{tmp_path / 'link' / 'stage'}/"
+    )
+    assert (again.target, again.staging) == (job.target, job.staging)
+    assert again.status().pending_versions == [1]
+    assert again.recover().committed_versions == [1]
+    assert support.rows(job.target, sort_by="id") == [
+        {"id": 1, "value": "a"},
+        {"id": 2, "value": "b"},
+    ]
+    assert support.marker(job.target, "app") == 1
+    # The default staging table is found through a symlinked target too.
+    linked_target = tmp_path / "orders_link"
+    linked_target.symlink_to(real / "orders", target_is_directory=True)
+    by_default = DeltaSink(str(real / "orders"), "dflt", UPSERT)
+    by_default.pre_commit(orders(id=[3], value=["c"]), 0)
+    assert DeltaSink(str(linked_target), "dflt", UPSERT).recover().committed_versions == [0]
+    assert support.marker(job.target, "dflt") == 0
+    assert support.ids(job.target) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "given"),
+    [
+        ("s3://lake/silver/orders", "s3a://lake/silver/orders/"),
+        ("s3a://lake/silver/orders", "s3://lake/silver/orders"),
+        ("s3n://Lake/silver/orders/", "s3://lake/silver/orders"),
+        (
+            "abfss://lake@acct.dfs.core.windows.net/silver/orders",
+            "wasbs://lake@acct.blob.core.windows.net/silver/orders/",
+        ),
+        (
+            "abfs://lake@acct.dfs.core.windows.net/silver/orders",
+            "abfss://lake@acct.dfs.core.windows.net/silver/orders",
+        ),
+    ],
+)
+def test_object_store_spellings_of_one_target_own_the_same_staging(
+    recorded: str, given: str
+) -> None:
+    props = {PROP_TARGET: recorded, PROP_APP: "app"}
+    check_owner(props, staging="s3://lake/stage", target=normalize_uri(given), app_id="app")
+    assert location_key(recorded) == location_key(given)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "given"),
+    [
+        ("s3://lake/silver/orders", "s3://lake/silver/orders2"),
+        ("s3://lake/silver/orders", "gs://lake/silver/orders"),
+        (
+            "abfss://lake@acct.dfs.core.windows.net/silver/orders",
+            "abfss://lake@other.dfs.core.windows.net/silver/orders",
+        ),
+    ],
+)
+def test_other_object_store_locations_stay_other_targets(recorded: str, given: str) -> None:
+    props = {PROP_TARGET: recorded, PROP_APP: "app"}
+    with pytest.raises(StagingOwnershipError, match="belongs to target"):
+        check_owner(props, staging="s3://lake/stage", target=given, app_id="app")
 
 
 def test_a_foreign_delta_table_is_refused_as_staging(target: str, tmp_path: Path) -> None:

@@ -305,6 +305,39 @@ def test_output_fits_80_columns_without_losing_text(job: DeltaSink) -> None:
     assert all(len(name) > 78 for name in listed)  # longer than the terminal
 
 
+@pytest.mark.jvm
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
+def test_spark_status_on_a_session_without_delta_is_one_configuration_error() -> None:
+    """``deltasink --spark`` opens a classic session (here: local, no Delta jars or
+    confs): exit 3 with one line naming the missing Delta configuration, before any
+    statement (it was an 80-line traceback of a Spark parse error, exit 1)."""
+    drop = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    command = ["--spark", "status", "cat.sch.tbl", "--app", "orders", "--json"]
+    result = subprocess.run(
+        [sys.executable, "-c", "from deltasink.cli import main; main()", *command],
+        cwd=Path(__file__).resolve().parents[1],  # this checkout's package
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+    )
+    assert result.returncode == EXIT_CONFIG, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    error = json.loads(result.stdout)
+    assert error["error"] == "ConfigurationError"
+    assert error["message"] == (
+        "the spark engine needs a Delta-enabled Spark session, and this one has no Delta "
+        "configuration: spark.sql.extensions is unset (needs "
+        "io.delta.sql.DeltaSparkSessionExtension) and spark.sql.catalog.spark_catalog is "
+        "unset (needs org.apache.spark.sql.delta.catalog.DeltaCatalog). Start the session "
+        "with delta-spark configured (e.g. delta.configure_spark_with_delta_pip), run on "
+        "Databricks, or write a path table with the embedded engine."
+    )
+
+
 def test_fenced_exit_code(job: DeltaSink) -> None:
     job.recover()  # this object now holds the writer role ...
     code, _ = invoke("recover", job.target, "--app", "orders")  # ... an operator takes over

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from deltasink.backends import require_delta
 from deltasink.errors import ConfigurationError
 from deltasink.history import user_metadata
 from deltasink.locations import is_catalog_name
@@ -31,14 +32,24 @@ class SparkSql:
 
     def __init__(self, spark: Any, tables: Tables) -> None:
         self._spark = spark
+        self._delta_checked = False
         self.tables = tables
 
     def session(self, df: Any = None) -> Any:
         """The session; without one yet, ``df``'s session or the active one.
 
         Raises:
-            ConfigurationError: No session was given and none is active.
+            ConfigurationError: No session was given and none is active, or the
+                session is a classic one without Delta (checked once, before the first
+                statement).
         """
+        spark = self._resolve(df)
+        if not self._delta_checked:
+            require_delta(spark, table=self.tables.target, app_id=self.tables.app_id)
+            self._delta_checked = True
+        return spark
+
+    def _resolve(self, df: Any = None) -> Any:
         if self._spark is None:
             if df is not None and hasattr(df, "sparkSession"):
                 self._spark = df.sparkSession
