@@ -401,15 +401,18 @@ def history(
                 "" if n is None else f"{n:,}"
                 for n in (e.rows_inserted, e.rows_updated, e.rows_deleted, e.execution_ms)
             ),
-            _origin_text(e.origin),
+            _origin_text(e.origin, short=True),
         )
     out.print(table)
 
 
-def _origin_text(origin: BatchOrigin | None) -> str:
-    """An origin in one short line: ``query <id> batch <n>`` or the position."""
+def _origin_text(origin: BatchOrigin | None, *, short: bool = False) -> str:
+    """An origin in one line: ``query <id> batch <n>`` (``short``: ``<id[:8]> #<n>``)
+    or the position."""
     if origin is None:
         return ""
+    if origin.query_id is not None and short:
+        return f"{origin.query_id[:8]} #{origin.batch_id}"
     if origin.query_id is not None:
         return f"query {origin.query_id} batch {origin.batch_id}"
     return f"position {json.dumps(origin.position)}"
@@ -444,28 +447,32 @@ def offsets(
             "  [yellow]later versions were committed without an origin (recover()): these "
             "positions are behind the committed version[/]"
         )
+
+    def plain(text: str) -> None:  # copy-pasteable: no wrapping, no markup
+        out.print(text, soft_wrap=True, markup=False, highlight=False)
+
     for source in point.starting:
         kind = source["kind"]
         if kind == "kafka":
-            out.print(
+            plain(
                 f'  source {source["source"]} (Kafka): .option("startingOffsets", '
                 f"'{source['startingOffsets']}')"
             )
         elif kind == "delta":
-            out.print(
+            plain(
                 f'  source {source["source"]} (Delta): .option("startingVersion", '
                 f"{source['startingVersion']})"
             )
             if "note" in source:
-                out.print(f"    [yellow]{source['note']}[/]")
+                plain(f"    note: {source['note']}")
         elif kind == "files":
-            out.print(
+            plain(
                 f"  source {source['source']} (files): {len(source['files'])} file(s) "
                 "already committed; keep them out of the new query's input (--json "
                 "lists them)"
             )
         else:
-            out.print(f"  source {source['source']}: offset {json.dumps(source.get('offset'))}")
+            plain(f"  source {source['source']}: offset {json.dumps(source.get('offset'))}")
     out.print(
         "  resume a new checkpoint from there with foreach_batch_writer(..., resume=True) "
         '(docs/runbook.md, "I lost or changed my checkpoint")'

@@ -39,6 +39,8 @@ from deltasink.errors import CheckpointResetError, ConfigurationError, ReplayMis
 __all__ = [
     "BatchOrigin",
     "ResumePoint",
+    "batch_files",
+    "check_resume_start",
     "decode",
     "encode",
     "read_checkpoint",
@@ -336,6 +338,38 @@ def resolve(
         app_id=app_id,
         version=batch,
     )
+
+
+def batch_files(origin: BatchOrigin) -> set[str]:
+    """The files a file source read for ``origin``'s batch (every file source)."""
+    return {f for s in origin.sources if isinstance(s, dict) for f in (s.get("files") or ())}
+
+
+def check_resume_start(
+    origin: BatchOrigin, committed_files: set[str], *, committed: int, app_id: str, table: str
+) -> None:
+    """Refuse a resuming batch that re-reads files the target already holds (a new
+    query started from the beginning of its input, not where the target stands).
+
+    Raises:
+        CheckpointResetError: Some of the batch's files were committed already.
+    """
+    again = sorted(batch_files(origin) & committed_files)
+    if again:
+        shown = ", ".join(again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
+        raise CheckpointResetError(
+            f"micro-batch {origin.batch_id} of streaming query {origin.query_id} resumes "
+            f"after version {committed} of app {app_id!r} on {table}, but it reads files "
+            f"the target already holds ({shown}): the new query starts at the beginning "
+            "of its input, not where the target stands. Nothing was written. Move the "
+            f"files `deltasink offsets {table} --app {app_id}` lists out of the input "
+            "path, delete this new checkpoint (its first batch was planned from the old "
+            "input) and start again with resume=True.",
+            query_id=origin.query_id,
+            table=table,
+            app_id=app_id,
+            version=origin.batch_id,
+        )
 
 
 def _positions(sources: Sequence[Any]) -> list[Any]:

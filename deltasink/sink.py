@@ -21,7 +21,16 @@ from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
-from deltasink.origin import BatchOrigin, ResumePoint, encode, resolve, resume_point, stream_origin
+from deltasink.origin import (
+    BatchOrigin,
+    ResumePoint,
+    batch_files,
+    check_resume_start,
+    encode,
+    resolve,
+    resume_point,
+    stream_origin,
+)
 from deltasink.protocol import (
     CommitReport,
     Committable,
@@ -502,6 +511,20 @@ class DeltaSink:
                 app_id=self.app_id,
                 table=self.target,
             )
+            if (
+                committed is not None
+                and batch_files(origin)
+                and (seen is None or seen.query_id != origin.query_id)
+            ):
+                # Resuming (or a stream taking over a legacy target): never re-read a
+                # file the target holds.
+                check_resume_start(
+                    origin,
+                    self._committed_files(),
+                    committed=committed,
+                    app_id=self.app_id,
+                    table=self.target,
+                )
             self._backend.write_through = version
             self._backend.origin = (version, encode(recorded))
             chosen.append((version, recorded))
@@ -511,6 +534,10 @@ class DeltaSink:
         if chosen and report.committed_version == chosen[0][0]:
             self._origin_seen = chosen[0]
         return report
+
+    def _committed_files(self) -> set[str]:
+        """Every file a file source delivered to this writer's committed versions."""
+        return {f for e in self.history() if e.origin is not None for f in batch_files(e.origin)}
 
     def _committed_origin(self, committed: int | None) -> BatchOrigin | None:
         """The origin recorded by the newest of this writer's target commits that

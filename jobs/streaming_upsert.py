@@ -9,9 +9,11 @@ What it does:
     ``sink.write(df, batch_id)``, which is exactly what
     ``writeStream.foreachBatch(sink.foreach_batch)`` does on a cluster (pre-commit, then
     commit; the batch id is the version);
-  * a small checkpoint (``--checkpoint``) records, like Spark's, which files form batch
-    *n* (``offsets/n``, written BEFORE the batch runs) and that batch *n* is done
-    (``commits/n``, written only AFTER the sink returned).
+  * a small checkpoint (``--checkpoint``), in Spark's own file-source format, records
+    which files form batch *n* (``offsets/n`` and ``sources/0/n``, written BEFORE the
+    batch runs) and that batch *n* is done (``commits/n``, written only AFTER the sink
+    returned); its ``metadata`` holds the query's id. Given the checkpoint, the sink
+    records that id, the batch id and the batch's files with each version.
 
 Why a loop and not ``writeStream.foreachBatch`` here: the embedded engine (Sail) has no
 ``foreachBatch``, and classic PySpark needs a JVM (Java 17, ~10 s to start). This loop
@@ -36,10 +38,20 @@ Run locally (embedded engine; nothing to install beyond deltasink):
     python jobs/streaming_upsert.py --lake /tmp/lake      # again: "nothing new"
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 5   # 2 more files
 
+A lost or new checkpoint (issue 24): its batch ids start at 0 again, so the sink refuses
+its first batch (``CheckpointResetError``, exit code 3, nothing written). ``--resume``
+continues with the new checkpoint right after the target: the files the target already
+holds (``sink.offsets()``, also ``deltasink offsets``) are left out and the first new
+batch becomes the next version::
+
+    rm -r /tmp/lake/_checkpoints
+    python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6            # exit 3
+    python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6 --resume   # 2 files
+
 Knobs to change when you copy it: ``--source``/``--target``/``--checkpoint`` (or just
-``--lake``), ``--app-id`` (stable for the life of the checkpoint; a NEW checkpoint needs
-a NEW app id), ``SCHEMA`` and ``MERGE`` below, ``--max-files-per-batch`` and
-``--poll-seconds`` (0: process what is there and stop, like ``trigger(availableNow)``).
+``--lake``), ``--app-id`` (stable for the life of the target), ``SCHEMA`` and ``MERGE``
+below, ``--max-files-per-batch`` and ``--poll-seconds`` (0: process what is there and
+stop, like ``trigger(availableNow)``).
 """
 
 from __future__ import annotations
@@ -47,13 +59,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from deltasink import CommitReport, DeltaSink, MergeSpec, embedded_spark
+from deltasink import CheckpointResetError, CommitReport, DeltaSink, MergeSpec, embedded_spark
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -108,32 +122,67 @@ def write_demo_files(source: Path, count: int) -> None:
             tmp.replace(path)
 
 
-# -- the checkpoint: offsets/<id> (planned files) and commits/<id> (done) -------------
+# -- the checkpoint, in Spark's file-source format ------------------------------------
+# metadata: {"id": query id}; offsets/<n>: "v1", batch metadata, {"logOffset": n};
+# sources/0/<n>: "v1", one {"path", "timestamp", "batchId"} per file; commits/<n>: done.
 
 
-def read_log(checkpoint: Path, kind: str) -> dict[int, list[str]]:
-    folder = checkpoint / kind
+def _atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic: the entry exists whole or not at all
+
+
+def start_checkpoint(checkpoint: Path) -> str:
+    """The query id of ``checkpoint``, created with a new one if it is new."""
+    meta = checkpoint / "metadata"
+    if not meta.exists():
+        _atomic(meta, json.dumps({"id": str(uuid.uuid4())}) + "\n")
+    return str(json.loads(meta.read_text())["id"])
+
+
+def planned(checkpoint: Path) -> dict[int, list[str]]:
+    """Batch id -> its files (as ``file:`` URIs), from ``sources/0``."""
+    folder = checkpoint / "sources" / "0"
     if not folder.is_dir():
         return {}
-    return {int(p.name): json.loads(p.read_text()) for p in folder.iterdir() if p.name.isdigit()}
+    return {
+        int(p.name): [json.loads(line)["path"] for line in p.read_text().splitlines()[1:]]
+        for p in folder.iterdir()
+        if p.name.isdigit()
+    }
 
 
-def write_log(checkpoint: Path, kind: str, batch_id: int, files: list[str]) -> None:
-    folder = checkpoint / kind
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{batch_id}.tmp"
-    tmp.write_text(json.dumps(files))
-    tmp.replace(folder / str(batch_id))  # atomic: the entry exists whole or not at all
+def done(checkpoint: Path) -> set[int]:
+    folder = checkpoint / "commits"
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+
+def plan(checkpoint: Path, batch_id: int, files: list[str]) -> None:
+    """Record which files form ``batch_id``, BEFORE it runs (Spark's offset log)."""
+    entries = [json.dumps({"path": f, "timestamp": 0, "batchId": batch_id}) for f in files]
+    _atomic(checkpoint / "sources" / "0" / str(batch_id), "\n".join(["v1", *entries]))
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": int(time.time() * 1000)})
+    offset = json.dumps({"logOffset": batch_id})
+    _atomic(checkpoint / "offsets" / str(batch_id), f"v1\n{meta}\n{offset}")
 
 
 def run_batch(
-    spark: Any, sink: DeltaSink, checkpoint: Path, batch_id: int, files: list[str]
+    spark: Any,
+    sink: DeltaSink,
+    checkpoint: Path,
+    batch_id: int,
+    files: list[str],
+    *,
+    resume: bool = False,
 ) -> None:
     """One micro-batch: read its files, write it through the sink, then record progress."""
     df = spark.read.schema(SCHEMA).json(files)
-    # What writeStream.foreachBatch(sink.foreach_batch) runs on a cluster.
-    report: CommitReport = sink.foreach_batch(df, batch_id)
-    write_log(checkpoint, "commits", batch_id, files)  # source progress, AFTER the sink
+    # What writeStream.foreachBatch(sink.foreach_batch) runs on a cluster; the checkpoint
+    # gives the sink the query's id and the batch's files, recorded with the version.
+    report: CommitReport = sink.foreach_batch(df, batch_id, resume=resume, checkpoint=checkpoint)
+    _atomic(checkpoint / "commits" / str(batch_id), "v1\n{}")  # progress, AFTER the sink
     names = [Path(f).name for f in files]
     if not report.results:
         print(f"batch {batch_id}: {names} already committed, nothing changed (replay)")
@@ -165,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-files-per-batch", type=int, default=1)
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="a new checkpoint continues right after the target (leaves out its files)",
+    )
+    parser.add_argument(
         "--poll-seconds", type=float, default=0, help="0: process what is there, then stop"
     )
     args = parser.parse_args(argv)
@@ -186,41 +240,52 @@ def main(argv: list[str] | None = None) -> int:
     for r in sink.recover().results:
         print(f"recovered versions {list(r.all_versions)}: {r.outcome}")
 
-    offsets, commits = read_log(checkpoint, "offsets"), read_log(checkpoint, "commits")
+    if args.resume and checkpoint.exists() and not done(checkpoint):
+        # A refused run planned its batch 0 from the start of the input: start over.
+        print(f"resume: the checkpoint {checkpoint} committed nothing; starting it afresh")
+        shutil.rmtree(checkpoint)
+    start_checkpoint(checkpoint)
+    offsets, commits = planned(checkpoint), done(checkpoint)
     last = max(offsets, default=-1)
-    committed = sink.status().committed_version
-    if committed is not None and committed > last:
+    seen = {f for files in offsets.values() for f in files}
+    # The files the target holds stay out, whichever checkpoint delivered them (after a
+    # resume, the earlier query's; Spark's file source only knows its own checkpoint's).
+    point = sink.offsets()
+    held = {f for s in point.starting if s["kind"] == "files" for f in s["files"]}
+    if args.resume and last < 0:
+        print(f"resuming after version {point.version}: {len(held)} file(s) already committed")
+    seen |= held
+    try:
+        # 1. The last planned batch may not be done: run it again, same files, same id.
+        if last >= 0 and last not in commits:
+            run_batch(spark, sink, checkpoint, last, offsets[last], resume=args.resume)
+
+        # 2. New files -> new batches: plan (offsets/n), run, record (commits/n).
+        while True:
+            new = sorted(
+                p.absolute().as_uri()
+                for p in source.glob("*.json")
+                if not p.name.startswith(".") and p.absolute().as_uri() not in seen
+            )
+            if not new:
+                if args.poll_seconds <= 0:
+                    break
+                time.sleep(args.poll_seconds)
+                continue
+            last += 1
+            files = new[: args.max_files_per_batch]
+            plan(checkpoint, last, files)  # plan first: a replay reads the same files
+            run_batch(spark, sink, checkpoint, last, files, resume=args.resume)
+            seen.update(files)
+    except CheckpointResetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         print(
-            f"error: the target holds version {committed} of app {args.app_id!r} but the "
-            f"checkpoint {checkpoint} only planned up to batch {last}: with a new or reset "
-            "checkpoint the batch ids start again at 0 and would be dropped as already "
-            "committed. Use a new --app-id for a new checkpoint.",
+            f"To continue with this checkpoint right after the target, run again with "
+            f"--resume (the files `deltasink offsets {sink.target} --app {args.app_id}` "
+            "lists are left out).",
             file=sys.stderr,
         )
         return 3
-
-    # 1. The last planned batch may not be done: run it again, same files, same id.
-    if last >= 0 and last not in commits:
-        run_batch(spark, sink, checkpoint, last, offsets[last])
-
-    # 2. New files -> new batches: plan (offsets/n), run, record (commits/n).
-    seen = {f for files in offsets.values() for f in files}
-    while True:
-        new = sorted(
-            str(p)
-            for p in source.glob("*.json")
-            if not p.name.startswith(".") and str(p) not in seen
-        )
-        if not new:
-            if args.poll_seconds <= 0:
-                break
-            time.sleep(args.poll_seconds)
-            continue
-        last += 1
-        files = new[: args.max_files_per_batch]
-        write_log(checkpoint, "offsets", last, files)  # plan first: a replay reads the same
-        run_batch(spark, sink, checkpoint, last, files)
-        seen.update(files)
 
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")

@@ -18,9 +18,14 @@ sink committed. A crash in between makes Spark run batch n again after the resta
 the same input and the same ``batch_id``: the target's marker makes it a no-op. A crash
 between pre-commit and commit leaves batch n staged: ``recover()`` commits it, then the
 replay is a no-op. Two rules follow:
-  * keep ``--checkpoint`` and ``--app-id`` together: a new (or deleted) checkpoint
-    starts again at batch 0, so it needs a NEW app id (this job refuses to run a batch
-    whose id is below the target's committed version, instead of dropping it);
+  * a stream is an identity, not a counter: each target commit records the query's id
+    (from ``<checkpoint>/metadata``), its batch id and source positions. A new or
+    deleted checkpoint starts again at batch 0; its batches are refused with
+    ``CheckpointResetError`` (exit 3, nothing written), never taken for replays. To
+    continue with a new checkpoint, start the source where the target stands
+    (``deltasink offsets TARGET --app APP``: the Delta source's ``--starting-version``;
+    for files, move the ones it lists out of the landing path) and run once with
+    ``--resume`` (docs/runbook.md, "I lost or changed my checkpoint");
   * run one query per app id (the bundle sets ``max_concurrent_runs: 1``); a second
     writer fences the first, which then fails with ``FencedError``.
 
@@ -43,6 +48,9 @@ deltasink's embedded engine writes the tables with delta-rs)::
 
     python jobs/streaming_upsert_databricks.py                  # demo in a new temp dir
     python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 5
+    rm -r /tmp/lake/_checkpoints            # a lost checkpoint: refused, exit 3
+    deltasink offsets /tmp/lake/silver/orders --app orders-stream
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --resume
 
 Knobs to change when you copy it: ``--source``/``--source-format``, ``--target`` (a
 ``catalog.schema.table`` name or a path), ``--checkpoint``, ``--app-id``, ``SCHEMA`` and
@@ -64,7 +72,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltasink import ForeachBatchWriter, MergeSpec, foreach_batch_writer
+from deltasink import CheckpointResetError, ForeachBatchWriter, MergeSpec, foreach_batch_writer
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -81,24 +89,44 @@ def build_writer(args: argparse.Namespace) -> ForeachBatchWriter:
     compute, serverless and standard access mode, runs the function in another Python
     process) and builds its sink there, from the micro-batch's own session, once per
     process; ``engine='auto'`` picks Spark's own Delta writes on Databricks or with
-    delta-spark, and the embedded engine (delta-rs) otherwise."""
-    return foreach_batch_writer(args.target, args.app_id, MERGE, staging=args.staging)
+    delta-spark, and the embedded engine (delta-rs) otherwise. ``checkpoint`` lets it
+    read the query's identity and positions wherever it runs; ``resume`` continues a
+    new checkpoint after the version another query committed."""
+    return foreach_batch_writer(
+        args.target,
+        args.app_id,
+        MERGE,
+        staging=args.staging,
+        checkpoint=args.checkpoint,
+        resume=args.resume,
+    )
 
 
-def batch_writer(writer: ForeachBatchWriter) -> Callable[[Any, int], None]:
-    """The ``foreachBatch`` function: the writer, plus a log line per micro-batch."""
+def batch_writer(
+    writer: ForeachBatchWriter, refused: list[CheckpointResetError]
+) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function: the writer, plus a log line per micro-batch.
+    A refused batch is also kept in ``refused`` (on classic compute, where the function
+    runs in this process) for ``main`` to explain."""
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
-        # pre-commit + commit, batch_id = version, from one read of the Delta logs. It
-        # refuses a batch_id below the committed version (InvalidVersionError: Spark only
-        # replays its LAST batch, so this checkpoint was reset or is another query's).
-        report = writer(batch_df, batch_id)
+        # pre-commit + commit from one read of the Delta logs, the query's id, batch id
+        # and source positions recorded in the target commit. A batch of another query
+        # (a new or reset checkpoint) raises CheckpointResetError: nothing written.
+        try:
+            report = writer(batch_df, batch_id)
+        except CheckpointResetError as exc:
+            refused.append(exc)
+            raise
         if report.quarantined_versions:  # a failed check (with checks=[...])
             print(f"batch {batch_id}: quarantined, waiting behind {report.quarantined_versions}")
         elif report.results:
-            print(f"batch {batch_id}: committed")
+            print(f"batch {batch_id}: committed as version {report.committed_version}")
         else:
-            print(f"batch {batch_id}: already committed (a replay)")
+            print(
+                f"batch {batch_id}: already committed as version {report.committed_version} "
+                "(a replay)"
+            )
 
     return write_batch
 
@@ -107,6 +135,8 @@ def read_stream(spark: Any, args: argparse.Namespace) -> Any:
     """The source stream of order events."""
     if args.source_format == "delta":  # a Delta table, by name or path
         reader = spark.readStream.format("delta").option("maxFilesPerTrigger", args.max_files)
+        if args.starting_version is not None:
+            reader = reader.option("startingVersion", args.starting_version)
         is_path = "/" in args.source or ":" in args.source
         return reader.load(args.source) if is_path else reader.table(args.source)
     if args.source_format == "cloudFiles":  # Auto Loader (Databricks only)
@@ -167,6 +197,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--trigger", default="available-now", help="available-now or an interval")
     parser.add_argument("--max-files", type=int, default=1000, help="maxFilesPerTrigger")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="a new checkpoint continues after the version another query committed "
+        "(start the source at `deltasink offsets` first)",
+    )
+    parser.add_argument(
+        "--starting-version", help="Delta source: startingVersion (from `deltasink offsets`)"
+    )
+    parser.add_argument(
         "--demo-files", type=int, default=3, help="demo input files (only without --source)"
     )
     args = parser.parse_args(argv)
@@ -203,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in sink.recover().results:  # start-up: finish what a crash left staged
         print(f"recovered versions {list(r.all_versions)}: {r.outcome}")
 
+    refused: list[CheckpointResetError] = []
     stream = (
         read_stream(spark, args)
-        .writeStream.foreachBatch(batch_writer(writer))
+        .writeStream.foreachBatch(batch_writer(writer, refused))
         .option("checkpointLocation", args.checkpoint)
         .queryName(args.app_id)
     )
@@ -213,7 +253,21 @@ def main(argv: list[str] | None = None) -> int:
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=args.trigger)
-    stream.start().awaitTermination()
+    query = stream.start()
+    try:
+        query.awaitTermination()
+    except Exception:
+        if not refused:
+            raise
+        # The query's checkpoint is not the one the target's versions came from.
+        print(
+            f"refused: {refused[0]}\n"
+            f"  see where the target stands: deltasink offsets {sink.target} --app "
+            f"{args.app_id}\n  then start the source there and run once with --resume "
+            "(docs/runbook.md, 'I lost or changed my checkpoint')",
+            file=sys.stderr,
+        )
+        return 3
 
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")

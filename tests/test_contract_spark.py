@@ -35,6 +35,8 @@ import pytest
 from deltalake import DeltaTable
 
 from deltasink import (
+    CheckpointResetError,
+    CommitError,
     DeltaSink,
     FencedError,
     MergeSpec,
@@ -574,6 +576,42 @@ def test_write_publishes_directly_and_a_replay_is_a_no_op(delta_spark: Any, targ
         {"id": 4, "value": "v4"},
     ]
     assert sink(target, delta_spark).status().pending_versions == []
+
+
+def test_stream_origins_on_delta_spark(delta_spark: Any, target: str, tmp_path: Path) -> None:
+    """Issue 24 on the spark engine: the origin rides in the target commit's
+    ``userMetadata``; a staged version keeps it through ``recover()``; another query's
+    batch is refused, nothing written; resume continues after the committed version."""
+    from tests.test_origin import Checkpoint
+
+    old, new = Checkpoint(tmp_path / "ck-a"), Checkpoint(tmp_path / "ck-b")
+    old.offsets(0, {"t": {"0": 1}})
+    sink(target, delta_spark).foreach_batch(df(delta_spark, 1), 0, checkpoint=old.root)
+    info = support.commit_info(target, max(support.txn_commits(target, "app")[0]))
+    assert info["userMetadata"].startswith("deltasink commit app=app version=0 origin={")
+    old.offsets(1, {"t": {"0": 2}})
+    with armed("publish.before_target_commit"), pytest.raises(CommitError):
+        sink(target, delta_spark).foreach_batch(df(delta_spark, 2), 1, checkpoint=old.root)
+    assert sink(target, delta_spark).recover().committed_versions == [1]
+    point = sink(target, delta_spark).offsets()
+    assert (point.version, point.exact) == (1, True)
+    assert point.starting == ({"kind": "kafka", "source": 0, "startingOffsets": '{"t":{"0":2}}'},)
+    new.offsets(0, {"t": {"0": 3}})
+    before = support.table_version(target)
+    with pytest.raises(CheckpointResetError, match=old.query_id):
+        sink(target, delta_spark).foreach_batch(df(delta_spark, 3), 0, checkpoint=new.root)
+    assert support.table_version(target) == before
+    resumed = sink(target, delta_spark).foreach_batch(
+        df(delta_spark, 3), 0, resume=True, checkpoint=new.root
+    )
+    assert resumed.committed_versions == [2]
+    assert support.ids(target) == [1, 2, 3]
+    origins = [e.origin for e in sink(target, delta_spark).history()]
+    assert [(o.query_id, o.batch_id, o.base) for o in origins if o is not None] == [
+        (new.query_id, 0, 2),
+        (old.query_id, 1, 0),
+        (old.query_id, 0, 0),
+    ]
 
 
 @pytest.mark.parametrize("maker", ["delta-rs", "spark", "spark-fallback"])

@@ -5,6 +5,7 @@ windows); databricks.yml parses and matches the templates' command lines."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -17,9 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from deltasink import DeltaSink, MergeSpec, checks
 from deltasink._faults import EXIT_CODE
+from deltasink.cli import app as cli_app
 from tests import support
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +33,10 @@ def clean_environ() -> dict[str, str]:
     """This environment without the Spark Connect markers the embedded engine of the
     test process set (a child must be free to start a classic JVM session)."""
     drop = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    environ = {k: v for k, v in os.environ.items() if k not in drop}
+    # The package under test, not whichever checkout the interpreter has installed.
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    return environ
 
 
 def run(script: str, *args: str, faults: str = "", **env: str) -> subprocess.CompletedProcess[str]:
@@ -107,14 +113,39 @@ def test_streaming_upsert_runs_reruns_and_picks_up_new_files(tmp_path: Path) -> 
     ]
     assert support.marker(target, "orders-stream") == 3
 
-    # A new checkpoint under the same app id would number batches from 0 again and have
-    # them dropped as already committed: the job refuses to start.
+    # A new checkpoint under the same app id numbers batches from 0 again: its first
+    # batch is refused (issue 24), nothing written; --resume continues right after the
+    # target, leaving out the files it holds, and the resumed query's restart goes on.
     shutil.rmtree(tmp_path / "_checkpoints")
-    reset = run("streaming_upsert.py", "--lake", str(tmp_path))
+    reset = run("streaming_upsert.py", "--lake", str(tmp_path), "--demo-files", "5")
     assert reset.returncode == 3
-    assert "Use a new --app-id for a new checkpoint" in reset.stderr
+    assert "versions up to 3 were committed by streaming query" in reset.stderr
+    assert "run again with --resume" in reset.stderr
     assert lines(reset, "batch ") == []
     assert support.table_version(target) == 3
+    resumed = run("streaming_upsert.py", "--lake", str(tmp_path), "--demo-files", "5", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming after version 3: 4 file(s) already committed" in resumed.stdout
+    assert lines(resumed, "batch ") == [
+        "batch 0: ['events-00004.json'] committed versions [4]: +1 ~1 -0 rows "
+        "-> target table version 4"
+    ]
+    restarted = run("streaming_upsert.py", "--lake", str(tmp_path), "--demo-files", "6")
+    assert restarted.returncode == 0, restarted.stderr
+    assert lines(restarted, "batch ") == [
+        "batch 1: ['events-00005.json'] committed versions [5]: +1 ~1 -0 rows "
+        "-> target table version 5"
+    ]
+    assert each_version_once(target, "orders-stream") == dict.fromkeys(range(6), 1)
+    origins = [e.origin for e in DeltaSink(target, "orders-stream").history()]
+    assert [(o.batch_id, o.base) for o in origins if o is not None] == [
+        (1, 4),
+        (0, 4),
+        (3, 0),
+        (2, 0),
+        (1, 0),
+        (0, 0),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -431,9 +462,43 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
     assert restarted.returncode == 0, restarted.stderr
     assert "engine: embedded (auto: no Delta-enabled Spark session" in restarted.stdout
     assert lines(restarted, "batch ") == [
-        "batch 1: already committed (a replay)",
-        "batch 2: committed",
+        "batch 1: already committed as version 1 (a replay)",
+        "batch 2: committed as version 2",
     ]
     assert sorted(p.name for p in commits.iterdir() if p.name.isdigit()) == ["0", "1", "2"]
     assert contents(target) == [(1, "shipped", 10.0), (2, "shipped", 20.0), (4, "created", 40.0)]
     assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
+
+    # Issue 24: the checkpoint is lost and a new file lands. The new query's batch 0
+    # (the first file again) is refused, nothing written; `deltasink offsets` lists the
+    # files already committed; moved out of the landing path, --resume continues.
+    shutil.rmtree(commits.parent)
+    landing = tmp_path / "landing" / "orders"
+    demo = [*args, "--demo-files", "4"]
+    reset = run("streaming_upsert_databricks.py", *demo, **env)
+    assert reset.returncode == 3, (reset.stdout, reset.stderr)
+    assert "CheckpointResetError" in reset.stderr or "resume" in reset.stderr
+    assert f"deltasink offsets {target} --app orders-stream" in reset.stderr
+    assert lines(reset, "batch ") == []
+    assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
+    offsets = CliRunner().invoke(cli_app, ["offsets", target, "--app", "orders-stream", "--json"])
+    assert offsets.exit_code == 0, offsets.output
+    point = json.loads(offsets.output)
+    (files,) = point["starting"]
+    assert files["files"] == [(landing / f"events-0000{n}.json").as_uri() for n in range(3)]
+    done = tmp_path / "done"
+    done.mkdir()
+    for uri in files["files"]:
+        name = Path(uri.removeprefix("file://")).name
+        (landing / name).rename(done / name)
+    shutil.rmtree(commits.parent)
+    resumed = run("streaming_upsert_databricks.py", *args, "--demo-files", "0", "--resume", **env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert lines(resumed, "batch ") == ["batch 0: committed as version 3"]
+    assert contents(target) == [
+        (1, "shipped", 10.0),
+        (2, "shipped", 20.0),
+        (4, "created", 40.0),
+        (13, "created", 3.0),
+    ]
+    assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1, 3: 1}

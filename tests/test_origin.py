@@ -22,11 +22,13 @@ from typer.testing import CliRunner
 
 from deltasink import (
     CheckpointResetError,
+    CommitError,
     DeltaSink,
     InvalidInputError,
     InvalidVersionError,
     MergeSpec,
     ReplayMismatchError,
+    _faults,
     foreach_batch_writer,
 )
 from deltasink.cli import app
@@ -211,6 +213,30 @@ def test_resume_survives_a_version_published_by_recover(tmp_path: Path, target: 
     assert support.ids(target) == [0, 1, 2, 3]
     point = DeltaSink(target, APP).offsets()
     assert (point.version, point.exact, point.origin and point.origin.batch_id) == (3, True, 2)
+
+
+def test_a_batch_staged_after_a_failed_publish_keeps_its_origin(
+    tmp_path: Path, target: str
+) -> None:
+    """A micro-batch whose publish failed is staged with its origin; ``recover()``
+    (another process) publishes it with that origin, so the positions stay exact."""
+    ck = Checkpoint(tmp_path / "ck")
+    ck.offsets(0, kafka(0))
+    DeltaSink(target, APP, APPEND).foreach_batch(rows(0), 0, checkpoint=ck.root)
+    ck.offsets(1, kafka(1))
+    with (
+        _faults.armed("publish.before_target_commit"),
+        pytest.raises(CommitError, match="staged now"),
+    ):
+        DeltaSink(target, APP, APPEND).foreach_batch(rows(1), 1, checkpoint=ck.root)
+    assert support.marker(target, APP) == 0
+    assert DeltaSink(target, APP).recover().committed_versions == [1]
+    point = DeltaSink(target, APP).offsets()
+    assert (point.version, point.exact) == (1, True)
+    assert point.origin == BatchOrigin(query_id=ck.query_id, batch_id=1, sources=(kafka(1),))
+    replay = DeltaSink(target, APP, APPEND).foreach_batch(rows(1), 1, checkpoint=ck.root)
+    assert (replay.committed_versions, replay.committed_version) == ([], 1)
+    assert support.ids(target) == [0, 1]
 
 
 def test_versions_without_origin_keep_the_old_rule(tmp_path: Path, target: str) -> None:

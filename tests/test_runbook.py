@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from deltasink import DeltaSink, FencedError, MergeSpec, checks
+from deltasink import CheckpointResetError, DeltaSink, FencedError, MergeSpec, checks
 from tests import support
 
 RUNBOOK = Path(__file__).resolve().parents[1] / "docs" / "runbook.md"
@@ -54,6 +54,7 @@ def test_every_section_is_covered() -> None:
         "A version is quarantined",
         "Two writers with the same app_id",
         "I need to re-run a day",
+        "I lost or changed my checkpoint",
         "Housekeeping",
         "The target lost its markers (`MarkerLostError`)",
         "A staged version does not fit the target",
@@ -73,6 +74,32 @@ def test_the_job_crashed(target: str) -> None:
     assert code == 0
     assert "committed version is now 2" in output
     assert support.ids(target) == [1, 2, 3]
+
+
+def test_i_lost_my_checkpoint(tmp_path: Path, target: str) -> None:
+    """A Kafka-fed stream's checkpoint (Spark's format) is lost: offsets say where the
+    new query starts; it resumes right after the committed version."""
+    from tests.test_origin import Checkpoint
+
+    old, new = Checkpoint(tmp_path / "old"), Checkpoint(tmp_path / "new")
+    job = DeltaSink(target, "orders-ingest", UPSERT)
+    for n in (0, 1):
+        old.offsets(n, {"orders": {"0": 10 * (n + 1)}})
+        job.foreach_batch(batch(n), n, checkpoint=old.root)
+    new.offsets(0, {"orders": {"0": 20}})
+    with pytest.raises(CheckpointResetError, match="up to 1"):
+        job.foreach_batch(batch(2), 0, checkpoint=new.root)
+    text, as_json = sections()["I lost or changed my checkpoint"]
+    code, output = run(text, target)
+    assert code == 0
+    assert "committed version 1" in output
+    assert """startingOffsets", '{"orders":{"0":20}}'""" in output
+    code, output = run(as_json, target)
+    assert code == 0
+    assert json.loads(output)["starting"][0]["startingOffsets"] == '{"orders":{"0":20}}'
+    job.foreach_batch(batch(2), 0, resume=True, checkpoint=new.root)
+    assert support.ids(target) == [0, 1, 2]
+    assert support.marker(target, "orders-ingest") == 2
 
 
 def test_a_version_is_quarantined(target: str) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from deltasink import DeltaSink, MergeSpec
+from deltasink import DeltaSink
 from tests import support
 from tools.stream_soak import job_env
 

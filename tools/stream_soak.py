@@ -36,6 +36,15 @@ replanned after a kill may read two files):
 * at the end: ``m`` is Spark's last micro-batch, every input file was read, every row
   is in the target once, and the staging table holds no version any more.
 
+With ``--reset`` (issue 24), each trial also loses its checkpoint: after the killed
+starts (at least one version committed), the checkpoint is deleted and the job started
+again on the same input: its first batch must be refused (``CheckpointResetError``, exit
+3) with the target unchanged. Then the files ``sink.offsets()`` lists as committed are
+moved out of the input, and a new checkpoint resumes (``resume=True``), killed at random
+instants too, then run to the end. At the end every row of every input file must be in
+the target exactly once, each version applied by exactly one target commit, versions
+``0..m`` without a gap, and staging empty.
+
 Prints a summary and exits 1 if anything was lost, duplicated or inconsistent.
 """
 
@@ -278,6 +287,9 @@ class StreamTrial:
     errors: list[str] = field(default_factory=list)
     batches_run: int = 0
     multi_file: int = 0  # micro-batches Spark planned with more than one file
+    reset: bool = False  # lose the checkpoint mid-trial, then resume (issue 24)
+    refused: int = 0  # starts after a reset whose first batch was refused, as it must be
+    resumed_versions: int = 0  # versions the resumed query committed
 
     @property
     def dir(self) -> Path:
@@ -292,6 +304,8 @@ class StreamTrial:
         return not (self.lost or self.duplicated or self.violations or self.errors)
 
     def run(self) -> StreamTrial:
+        if self.reset:
+            return self.run_reset()
         from deltasink.locations import default_staging
 
         rng = random.Random(f"{self.seed}/{self.trial}")
@@ -317,6 +331,97 @@ class StreamTrial:
         self.record(observe(self.target, staging), final=True)
         return self
 
+    def run_reset(self) -> StreamTrial:
+        """Killed starts, a lost checkpoint (refused), a resumed checkpoint (killed
+        too), then a start to the end; checked on rows and commits (see the module
+        docstring)."""
+        from deltasink import DeltaSink
+        from deltasink.locations import default_staging
+
+        rng = random.Random(f"{self.seed}/{self.trial}/reset")
+        source, checkpoint = self.dir / "input", self.dir / "checkpoint"
+        write_input(source, self.files)
+        staging = Path(default_staging(str(self.target), APP_ID))
+        # Phase 1: the first query, killed 1..max_kills times, with a version committed.
+        for number in range(rng.randint(1, self.max_kills)):
+            kill = plan_kill(rng, self.files - 1, self.batch_s)
+            if number == 0 and kill.kind == "timer":
+                kill = Kill("sink-done", nth=rng.randint(1, 2))
+            outcome = self.start(kill)
+            if outcome == "error":
+                return self
+        if observe(self.target, staging).marker is None and (
+            self.start(Kill("sink-done", nth=1)) == "error"
+        ):
+            return self
+        before = observe(self.target, staging)
+        if before.marker is None:
+            self.errors.append("phase 1 committed nothing: nothing to reset")
+            return self
+        if before.marker >= self.files - 1:  # the first query read everything: more input
+            self.missed += 1
+            for number in range(self.files, self.files + 2):
+                rows = [{"id": i, "value": str(number)} for i in file_ids(number)]
+                path = source / f"part-{number:04d}.json"
+                path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+                stamp = 1_700_000_000 + number
+                os.utime(path, (stamp, stamp))
+            self.files += 2
+        # The checkpoint is lost; the job starts again on the same input.
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        outcome = self.start(None, expect_refusal=True)
+        after = observe(self.target, staging)
+        if outcome != "refused":
+            self.errors.append(f"the start after the reset was not refused ({outcome})")
+            return self
+        self.refused += 1
+        if (after.marker, after.ledger, after.ids) != (before.marker, before.ledger, before.ids):
+            self.violations.append("the refused start changed the target")
+        # Resume: the committed files leave the input, a new checkpoint continues.
+        point = DeltaSink(str(self.target), APP_ID).offsets()
+        if not point.exact:
+            self.violations.append("offsets are behind the committed version")
+        held = [f for s in point.starting if s["kind"] == "files" for f in s["files"]]
+        archive = self.dir / "archive"
+        archive.mkdir()
+        for uri in held:
+            name = Path(uri.removeprefix("file://")).name
+            if (source / name).exists():
+                (source / name).rename(archive / name)
+        shutil.rmtree(checkpoint, ignore_errors=True)  # the refused query planned batch 0
+        resume = {"DELTASINK_STREAM_RESUME": "1"}
+        for _ in range(rng.randint(0, self.max_kills)):
+            remaining = len(list(source.glob("part-*.json")))
+            outcome = self.start(plan_kill(rng, remaining, self.batch_s), extra=resume)
+            if outcome == "finished":
+                self.missed += 1
+                break
+            if outcome != "killed":
+                return self
+        if self.start(None, extra=resume) != "finished":
+            return self
+        final = observe(self.target, staging)
+        self.resumed_versions = (final.marker or 0) - before.marker
+        self.check_rows(final)
+        return self
+
+    def check_rows(self, obs: Observed) -> None:
+        """Every input row once, every version once and without gaps, staging empty."""
+        counts = Counter(obs.ids)
+        wanted = {i for n in range(self.files) for i in file_ids(n)}
+        lost_files = {i // 100 for i in wanted if i not in counts}
+        self.lost |= lost_files
+        self.duplicated |= {i // 100 for i, n in counts.items() if n > 1}
+        self.duplicated |= {v for v, n in obs.ledger.items() if n > 1}
+        extra = sorted(set(counts) - wanted)
+        if extra:
+            self.violations.append(f"rows that are no input: {extra[:5]}")
+        top = -1 if obs.marker is None else obs.marker
+        if sorted(obs.ledger) != list(range(top + 1)):
+            self.violations.append(f"versions {sorted(obs.ledger)} are not 0..{top}")
+        if obs.staged:
+            self.violations.append(f"staging still holds versions {obs.staged}")
+
     def record(self, obs: Observed, *, final: bool) -> None:
         batches = spark_batches(self.dir / "checkpoint")
         self.multi_file += sum(1 for b in batches.values() if len(b) > 1) if final else 0
@@ -326,9 +431,16 @@ class StreamTrial:
         when = "at the end" if final else f"after kill {len(self.kills)} ({self.kills[-1][1]})"
         self.violations += [f"{when}: {v}" for v in violations]
 
-    def start(self, kill: Kill | None) -> str:
-        """Run the job once; ``killed``, ``finished`` or ``error``."""
-        env = dict(self.env)
+    def start(
+        self,
+        kill: Kill | None,
+        *,
+        extra: dict[str, str] | None = None,
+        expect_refusal: bool = False,
+    ) -> str:
+        """Run the job once; ``killed``, ``finished``, ``refused`` (exit 3, with
+        ``expect_refusal``) or ``error``."""
+        env = {**self.env, **(extra or {})}
         if kill is not None and kill.kind == "fault":
             env["DELTASINK_FAULTS"] = f"{kill.point}=exit@{kill.nth}"
         command = [sys.executable, str(JOB), str(self.dir / "input"), str(self.dir / "checkpoint")]
@@ -358,6 +470,8 @@ class StreamTrial:
             assert kill is not None
             self.kills.append((kill.describe(), where))
             return "killed"
+        if expect_refusal and rc == 3:
+            return "refused"
         if rc != 0:
             tail = stderr_path.read_text()[-2000:]
             self.errors.append(f"a start ended with exit code {rc} ({where}): {tail}")
@@ -457,6 +571,9 @@ class Summary:
             "batches_run": sum(t.batches_run for t in self.trials),
             "multi_file_batches": sum(t.multi_file for t in self.trials),
             "files_checked": sum(t.files for t in self.trials),
+            "reset_trials": sum(1 for t in self.trials if t.reset),
+            "refused_after_reset": sum(t.refused for t in self.trials),
+            "resumed_versions": sum(t.resumed_versions for t in self.trials),
             "lost": sum(len(t.lost) for t in self.trials),
             "duplicated": sum(len(t.duplicated) for t in self.trials),
             "violations": [f"trial {t.trial}: {v}" for t in self.trials for v in t.violations],
@@ -478,6 +595,15 @@ class Summary:
             f"  micro-batches run     {d['batches_run']:>6}   (replays included)",
             f"  input files checked   {d['files_checked']:>6}   "
             f"({d['multi_file_batches']} micro-batches read two or more after a kill)",
+            *(
+                [
+                    f"  checkpoints lost      {d['reset_trials']:>6}   ("
+                    f"{d['refused_after_reset']} refused, nothing written; "
+                    f"{d['resumed_versions']} versions committed after resume)"
+                ]
+                if d["reset_trials"]
+                else []
+            ),
             f"  lost versions         {d['lost']:>6}",
             f"  duplicated versions   {d['duplicated']:>6}",
             f"  other violations      {len(d['violations']):>6}",
@@ -528,9 +654,11 @@ def run_soak(
     workdir: Path | None = None,
     keep: bool = False,
     progress: IO[str] | None = None,
+    reset: bool = False,
 ) -> Summary:
     """Run trials until ``kills`` kills landed (or ``max_trials`` trials ran); with
-    ``plan``, one trial with exactly those kills."""
+    ``plan``, one trial with exactly those kills; with ``reset``, trials that lose
+    their checkpoint and resume (lost/duplicated then count input files)."""
     root = Path(tempfile.mkdtemp(prefix="deltasink-stream-soak-", dir=workdir))
     env = job_env(engine)
     began = time.monotonic()
@@ -539,7 +667,9 @@ def run_soak(
     if plan is not None:
         kills, max_trials = 1, 1
     while sum(len(t.kills) for t in trials) < kills and len(trials) < max_trials:
-        trial = StreamTrial(root, len(trials), seed, files, max_kills, engine, env, batch_s, plan)
+        trial = StreamTrial(
+            root, len(trials), seed, files, max_kills, engine, env, batch_s, plan, reset=reset
+        )
         trials.append(trial.run())
         batch_s = trial.batch_s
         if trial.ok and not keep:
@@ -576,6 +706,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where trial tables go")
     parser.add_argument("--keep", action="store_true", help="keep every trial's tables")
     parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
+    parser.add_argument(
+        "--reset",
+        action="store_true",
+        help="trials lose their checkpoint mid-stream and resume (issue 24)",
+    )
     args = parser.parse_args(argv)
     try:
         plan = tuple(Kill.parse(k) for k in args.plan.split(",")) if args.plan else None
@@ -594,6 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir=args.workdir,
         keep=args.keep,
         progress=sys.stderr,
+        reset=args.reset,
     )
     print(summary.render())
     if args.json:

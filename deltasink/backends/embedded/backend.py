@@ -241,7 +241,10 @@ class EmbeddedBackend:
         version, data = prepared.version, prepared.payload
         epoch = self._claim_for(prepared)
         intent = self.write_through == version
-        staged = self.writer.append(version, data, epoch=epoch, verified=True, intent=intent)
+        origin = self.origin[1] if self.origin is not None and self.origin[0] == version else None
+        staged = self.writer.append(
+            version, data, epoch=epoch, verified=True, intent=intent, origin=origin
+        )
         if intent:
             self._intent = version
         self._staged.put(version, data)
@@ -282,12 +285,15 @@ class EmbeddedBackend:
         )
         return result
 
-    def _metadata(self, version: int, rows: int) -> dict[str, object]:
+    def _metadata(self, version: int, rows: int, *, staged: bool = False) -> dict[str, object]:
         """The commit metadata of the target commit whose marker is ``version``: with
-        the origin of the batch being written, when it is that version."""
+        the origin of the batch being written, when it is that version, else (for a
+        ``staged`` version, e.g. in ``recover()``) the one its stage commit recorded."""
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
         if self.origin is not None and self.origin[0] == version:
             metadata[ORIGIN_KEY] = self.origin[1]
+        elif staged and (recorded := self.log.origin_of(version)) is not None:
+            metadata[ORIGIN_KEY] = recorded
         return metadata
 
     def _announce(self, version: int, *, epoch: int | None = None) -> None:
@@ -335,7 +341,7 @@ class EmbeddedBackend:
             spec=spec,
             app_id=self.app_id,
             version=staged.version,
-            metadata=self._metadata(staged.version, staged.rows),
+            metadata=self._metadata(staged.version, staged.rows, staged=True),
             before_attempt=self._fence,
         )
         self._staged.drop([staged.version])
@@ -379,7 +385,7 @@ class EmbeddedBackend:
             app_id=self.app_id,
             version=staged[-1].version,
             versions=[s.version for s in staged],
-            metadata=self._metadata(staged[-1].version, sum(s.rows for s in staged)),
+            metadata=self._metadata(staged[-1].version, sum(s.rows for s in staged), staged=True),
             before_attempt=self._fence,
         )
         self._staged.drop(s.version for s in staged)

@@ -6,7 +6,8 @@ this package.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
@@ -329,7 +330,13 @@ class SparkBackend:
         """Stage a batch :meth:`prepare` validated, as :meth:`stage` does."""
         frame: PreparedFrame = prepared.payload
         self._claim_for(frame)
-        return self._staging_writer.append(prepared.version, frame, operation="stage")
+        origin = self.origin
+        return self._staging_writer.append(
+            prepared.version,
+            frame,
+            operation="stage",
+            origin=origin[1] if origin is not None and origin[0] == prepared.version else None,
+        )
 
     def audit_prepared(self, prepared: Prepared) -> str | None:
         """Run the pre-commit checks on the prepared (unstaged) frame."""
@@ -372,7 +379,23 @@ class SparkBackend:
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
         self._check_fits([staged.version])
-        return self._target_writer.apply([staged.version], columns, spec, staged.rows)
+        with self._staged_origin(staged.version):
+            return self._target_writer.apply([staged.version], columns, spec, staged.rows)
+
+    @contextmanager
+    def _staged_origin(self, version: int) -> Iterator[None]:
+        """While publishing staged ``version``: the origin its stage commit recorded,
+        unless the batch being written brings its own."""
+        current = self.origin
+        if current is not None and current[0] == version:
+            yield
+            return
+        recorded = self._logs.origin(version)
+        self.origin = None if recorded is None else (version, recorded)
+        try:
+            yield
+        finally:
+            self.origin = current
 
     def can_coalesce(self) -> bool:
         return self.spec_for_staged().coalescable
@@ -399,7 +422,8 @@ class SparkBackend:
             )
         self._check_fits(versions)
         rows = sum(s.rows for s in staged)
-        result = self._target_writer.apply(versions, columns.pop(), spec, rows)
+        with self._staged_origin(versions[-1]):
+            result = self._target_writer.apply(versions, columns.pop(), spec, rows)
         return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:

@@ -30,7 +30,8 @@ LEDGER_SUFFIX = "#ledger"
 _PAGES = (16, 256, 2048)
 _EVENT = re.compile(
     r"^deltasink (?P<op>[a-z-]+) app=(?P<app>\S+)(?: version=(?P<version>\d+))?"
-    r"(?: versions=(?P<versions>[\d,]+))?(?: columns=(?P<columns>\[.*\]))?$",
+    r"(?: versions=(?P<versions>[\d,]+))?(?: columns=(?P<columns>\[.*?\]))?"
+    r"(?: origin=(?P<origin>\{.*\}))?$",
     re.DOTALL,
 )
 
@@ -47,6 +48,8 @@ class StagingLedger:
         empty: Empty versions staged by Spark (a commit without files) and not
             discarded since, with their staging time.
         columns: The data columns each version was staged with.
+        origins: The encoded origin each version was staged with, when it had one
+            (:mod:`deltasink.origin`), for its publish by ``recover()``.
         mark: The highest version a ``discard-committed`` (or, after a direct publish,
             ``committed``) commit recorded as committed.
         through: The newest staging table version applied.
@@ -55,6 +58,7 @@ class StagingLedger:
     app_id: str
     empty: dict[int, datetime] = field(default_factory=dict)
     columns: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    origins: dict[int, str] = field(default_factory=dict)
     mark: int | None = None
     through: int | None = None
 
@@ -71,7 +75,13 @@ class StagingLedger:
         else:
             versions = () if version is None else (version,)
         columns = tuple(json.loads(match["columns"])) if match["columns"] else None
-        return {"op": match["op"], "version": version, "versions": versions, "columns": columns}
+        return {
+            "op": match["op"],
+            "version": version,
+            "versions": versions,
+            "columns": columns,
+            "origin": match["origin"],
+        }
 
     def apply(self, commits: Iterable[Mapping[str, Any]]) -> None:
         """Apply ``commits`` (oldest first) to the ledger."""
@@ -87,6 +97,8 @@ class StagingLedger:
                     self.empty[version] = commit_time(commit["timestamp"])
                 if event["columns"] is not None:
                     self.columns[version] = event["columns"]
+                if event["origin"] is not None:
+                    self.origins[version] = event["origin"]
             elif op == "committed" and version is not None:  # after a direct publish
                 self.mark = version if self.mark is None else max(self.mark, version)
             elif op.startswith("discard-"):

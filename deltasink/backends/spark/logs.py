@@ -189,6 +189,12 @@ class SparkLogs:
             columns = tuple(n for n in self.staging_schema().names if n not in skip)
         return columns
 
+    def origin(self, version: int) -> str | None:
+        """The encoded origin ``version`` was staged with, if its commit recorded one."""
+        if self.ledger.through is None:
+            self.state()
+        return self.ledger.origins.get(version)
+
     # -- the target ----------------------------------------------------------------------
 
     def target_commits(self, limit: int | None) -> list[dict[str, Any]]:

@@ -84,10 +84,19 @@ class StagingWriter:
             if self._logs.staging_props() is None:
                 raise
 
-    def append(self, version: int, prepared: PreparedFrame, *, operation: str) -> StagedVersion:
+    def append(
+        self,
+        version: int,
+        prepared: PreparedFrame,
+        *,
+        operation: str,
+        origin: str | None = None,
+    ) -> StagedVersion:
         """Stage ``prepared`` as ``version`` in one commit (``operation="restage"``:
         replacing its partition with ``replaceWhere``). New columns are added to the
-        staging table first; columns the batch lacks are staged as NULL.
+        staging table first; columns the batch lacks are staged as NULL. ``origin``
+        (encoded, :mod:`deltasink.origin`) is kept at the end of the commit's
+        ``userMetadata`` for a later publish of the version.
 
         Raises:
             FencedError: A newer writer claimed the staging table.
@@ -106,6 +115,8 @@ class StagingWriter:
         metadata = (
             f"{user_metadata(op, t.app_id, version)} columns={json.dumps(list(prepared.columns))}"
         )
+        if origin is not None:
+            metadata += f" origin={origin}"
         _faults.point("stage.after_files")
         self._fence.check()
         try:

@@ -32,6 +32,7 @@ from deltasink.layout import (
     Quarantine,
 )
 from deltasink.locations import is_local
+from deltasink.origin import ORIGIN_KEY
 from deltasink.protocol import StagedVersion
 from deltasink.spec import MergeSpec
 
@@ -180,6 +181,21 @@ class StagingLog:
         return None if table is None else props(table).get(PROP_CHECKS)
 
     # -- data ----------------------------------------------------------------------
+
+    def origin_of(self, version: int) -> str | None:
+        """The encoded origin the stage commit of ``version`` recorded, if any (read
+        from the staging history, newest first: for publishing a version staged by an
+        earlier process, ``recover()``)."""
+        table = self.open(fresh=False)
+        if table is None:
+            return None
+        for commit in table.history():
+            if commit.get("deltasink.operation") in ("stage", "restage") and str(
+                commit.get("deltasink.batchVersion")
+            ) == str(version):
+                found = commit.get(ORIGIN_KEY)
+                return None if found is None else str(found)
+        return None
 
     def read(self, version: int) -> pa.Table:
         """The rows staged for ``version``, with the schema they were staged with."""

@@ -40,6 +40,7 @@ from deltasink.layout import (
     PROP_SPEC,
     VERSION_COLUMN,
 )
+from deltasink.origin import ORIGIN_KEY
 from deltasink.protocol import DiscardReason, StagedVersion
 from deltasink.spec import MergeSpec
 
@@ -80,10 +81,13 @@ class StagingWriter:
         epoch: int,
         verified: bool = False,
         intent: bool = False,
+        origin: str | None = None,
     ) -> StagedVersion:
         """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``
         (and, with ``intent``, the publish intent of :meth:`record_intent`, for a
-        version published right after: ``write()``).
+        version published right after: ``write()``). ``origin``: the encoded
+        :class:`~deltasink.origin.BatchOrigin` of the batch, kept in the commit's
+        metadata so that a later publish of the version (``recover()``) records it.
 
         A failure before the commit leaves at most an unreferenced file (removed here
         when possible, otherwise by ``VACUUM``); the version is then not staged.
@@ -96,7 +100,13 @@ class StagingWriter:
                 again if the commit conflicts).
         """
         return self._commit_version(
-            version, data, epoch=epoch, replace=False, verified=verified, intent=intent
+            version,
+            data,
+            epoch=epoch,
+            replace=False,
+            verified=verified,
+            intent=intent,
+            origin=origin,
         )
 
     def replace(self, version: int, data: pa.Table, *, epoch: int) -> StagedVersion:
@@ -118,6 +128,7 @@ class StagingWriter:
         replace: bool,
         verified: bool = False,
         intent: bool = False,
+        origin: str | None = None,
     ) -> StagedVersion:
         log = self.log
         table = log.open(fresh=False) if verified else self.epochs.check(epoch)
@@ -161,6 +172,7 @@ class StagingWriter:
                         "deltasink.rows": data.num_rows,
                         "deltasink.target": log.target,
                         "deltasink.epoch": epoch,
+                        **({ORIGIN_KEY: origin} if origin is not None else {}),
                     },
                 ),
                 ahead=log.own_commits_ahead(),
