@@ -100,16 +100,6 @@ def goals(results: dict[str, Any]) -> list[Row]:
                 ),
             ]
         )
-    if "s3" in s:
-        rows.append(
-            [
-                "S3 requests of a steady-state 10-row `write` vs the best hand-written "
-                "delta-rs MERGE (moto)",
-                "≤ 1.2x",
-                _x(s["s3"]["ratio"]),
-                _mark(s["s3"]["ratio"] <= 1.2 and s["s3"]["same_rows"]),
-            ]
-        )
     for case in s.get("p7", []):
         r = case["ratio_best"]["sink"]
         rows.append(
@@ -188,6 +178,16 @@ def goals(results: dict[str, Any]) -> list[Row]:
                 "≤ 1.2x",
                 _x(case["ratio"]),
                 _mark(case["ratio"] <= 1.2),
+            ]
+        )
+    if "s3" in s:
+        rows.append(
+            [
+                "S3 requests of a steady-state 10-row `write` vs the best hand-written "
+                "delta-rs MERGE (moto)",
+                "≤ 1.2x",
+                _x(s["s3"]["ratio"]),
+                _mark(s["s3"]["ratio"] <= 1.2 and s["s3"]["same_rows"]),
             ]
         )
     return rows
