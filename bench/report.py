@@ -180,6 +180,16 @@ def goals(results: dict[str, Any]) -> list[Row]:
                 _mark(case["ratio"] <= 1.2),
             ]
         )
+    if "s3" in s:
+        rows.append(
+            [
+                "S3 requests of a steady-state 10-row `write` vs the best hand-written "
+                "delta-rs MERGE (moto)",
+                "≤ 1.2x",
+                _x(s["s3"]["ratio"]),
+                _mark(s["s3"]["ratio"] <= 1.2 and s["s3"]["same_rows"]),
+            ]
+        )
     return rows
 
 
@@ -505,6 +515,34 @@ def _prepared(sections: dict[str, Any]) -> str:
     return f", of which {seconds / 60:.1f} min building or waiting for P4's cached history"
 
 
+_S3_KINDS = ("GET", "HEAD", "PUT", "LIST", "DELETE", "COPY", "POST", "DYNAMODB")
+
+
+def render_s3(out: dict[str, Any]) -> str:
+    """The request counts of ``bench.s3_requests`` as a Markdown table and a verdict."""
+    sides = out["sides"]
+    kinds = [k for k in _S3_KINDS if any(k in side["by_kind"] for side in sides.values())]
+    rows = [
+        [
+            f"`{name}`",
+            f"{side['per_batch']:.1f}",
+            *(f"{side['by_kind'].get(k, 0):.1f}" for k in kinds),
+        ]
+        for name, side in sides.items()
+    ]
+    txn = sides["sink"]["per_batch"] / sides["merge_txn"]["per_batch"]
+    return "\n\n".join(
+        [
+            _table(["side", "requests / batch", *kinds], rows),
+            f"`sink` / best (`{out['best']}`): **{_x(out['ratio'])}** requests (goal ≤ 1.2x); "
+            f"`sink` / `merge_txn` (the hand-written exactly-once upsert): {_x(txn)}. "
+            f"{out['runs']} batches of 10 rows into {fmt_rows(out['rows'])} rows, after "
+            f"3 warm-up batches; the three targets hold the same rows afterwards: "
+            f"{'yes' if out['same_rows'] else '**no**'}.",
+        ]
+    )
+
+
 def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> str:
     """The whole report."""
     m, cfg, s = results["machine"], results["config"], results["sections"]
@@ -557,6 +595,15 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
     if "p7" in s:
         parts.append("## P7: `sink.write` vs the best MERGE a user can write by hand")
         parts.append(_p7(s["p7"]))
+    if "s3" in s:
+        parts.append("## S3: requests of a steady-state 10-row `write` vs a hand-written MERGE")
+        parts.append(
+            "`python -m bench.s3_requests` (run on its own; moto on 127.0.0.1 counts the "
+            "requests each side sends, by kind): `sink` is `sink.write` on a running sink, "
+            "`merge` a kept-open `DeltaTable` with one delta-rs MERGE per batch, `merge_txn` "
+            "the same MERGE with `Transaction(app_id, version)` and a marker check."
+        )
+        parts.append(render_s3(s["s3"]))
     if "grid" in s:
         parts.append("## Cost growth with target size and batch size")
         parts.append(_grid(s["grid"]))

@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     p6 = OUT_DIR / "p6.json"  # the delta-spark benchmark runs on its own (a JVM session)
     if p6.exists() and not args.quick:
         data["sections"]["p6"] = json.loads(p6.read_text())
+    s3 = OUT_DIR / "s3-requests.json"  # bench.s3_requests runs on its own (a moto server)
+    if s3.exists() and not args.quick:
+        data["sections"]["s3"] = json.loads(s3.read_text())
     argv_text = shlex.join(data["config"]["argv"])
     command = "make bench" + (f" BENCH_ARGS='{argv_text}'" if argv_text else "")
     plot(data, plot_path)

@@ -52,18 +52,25 @@ class _Counting:
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
         self.counts: Counter[str] = Counter()
+        self.seen: list[str] = []
         self.lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == _COUNTS:
             with self.lock:
-                body = json.dumps(dict(self.counts)).encode()
+                wanted = self.seen if "log" in environ.get("QUERY_STRING", "") else self.counts
+                body = json.dumps(wanted).encode()
                 if environ["REQUEST_METHOD"] == "DELETE":
                     self.counts.clear()
+                    self.seen.clear()
             start_response("200 OK", [("Content-Type", "application/json")])
             return [body]
+        kind = _kind(environ)
         with self.lock:
-            self.counts[_kind(environ)] += 1
+            self.counts[kind] += 1
+            if len(self.seen) < 10_000:
+                query = environ.get("QUERY_STRING", "")
+                self.seen.append(f"{kind} {environ.get('PATH_INFO', '')}?{query}")
         return self.app(environ, start_response)
 
 
@@ -145,6 +152,14 @@ class S3Server:
         with urllib.request.urlopen(request, timeout=10) as response:
             counts: dict[str, int] = json.loads(response.read())
         return counts
+
+    def requests(self) -> list[str]:
+        """The requests answered since the last reset (kind, path and query; the first
+        10,000), for finding out what a side asks."""
+        url = self.endpoint + _COUNTS + "?log"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            seen: list[str] = json.loads(response.read())
+        return seen
 
     def stop(self) -> None:
         """Stop the server process."""

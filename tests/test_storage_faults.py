@@ -680,7 +680,6 @@ def _s3_options(endpoint: str) -> dict[str, str]:
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
         "AWS_REGION": "us-east-1",
-        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
     }
 
 

@@ -232,6 +232,24 @@ def refresh(
     return table
 
 
+def txn_version(table: DeltaTable, app_id: str) -> int | None:
+    """``table.transaction_version(app_id)``, read once per table version.
+
+    delta-rs answers it by replaying every commit since the last checkpoint (on an
+    object store: one ``GET`` per commit file, each time); a snapshot's markers never
+    change, so a second read at the same version is answered from the first."""
+    seen: dict[tuple[int, str], int | None] | None = getattr(table, "_deltasink_txns", None)
+    if seen is None:
+        seen = {}
+        setattr(table, "_deltasink_txns", seen)  # noqa: B010 (mypy knows no such attribute)
+    key = (table.version(), app_id)
+    if key not in seen:
+        if len(seen) > 64:
+            seen.clear()
+        seen[key] = table.transaction_version(app_id)
+    return seen[key]
+
+
 def commit_file(uri: str, version: int) -> str:
     """The path of commit ``version`` in the local table at ``uri``."""
     return os.path.join(uri, "_delta_log", f"{version:020d}.json")

@@ -25,7 +25,7 @@ from deltasink.schema import align_to_target
 from deltasink.spec import MergeSpec
 from deltasink.table import TableDefinition, TableSpec, check_definition
 
-from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh
+from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh, txn_version
 from .features import refuse_unwritable
 from .marker import read_marker
 from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
@@ -151,8 +151,7 @@ class TargetTable:
         table = self.open()
         if table is None:
             return None
-        version: int | None = table.transaction_version(app_id)
-        return version
+        return txn_version(table, app_id)
 
     def schema(self, *, fresh: bool = True) -> pa.Schema | None:
         """The target's Arrow schema, or ``None`` if it does not exist yet."""
@@ -235,7 +234,7 @@ class TargetTable:
             table = self.open()
             assert table is not None
         refuse_unwritable(table, self.uri)  # not a conflict to retry: delta-rs would fail
-        marker = table.transaction_version(app_id)
+        marker = txn_version(table, app_id)
         if marker is not None and marker >= version:
             return CommitResult(version, "already_committed", rows=data.num_rows)
         if marker is not None and versions and marker >= versions[0]:

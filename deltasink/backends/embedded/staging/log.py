@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
-from deltasink.backends.embedded.deltalog import commit_file, plain, refresh
+from deltasink.backends.embedded.deltalog import commit_file, plain, refresh, txn_version
 from deltasink.errors import StorageError
 from deltasink.guards import check_owner
 from deltasink.layout import (
@@ -145,7 +145,7 @@ class StagingLog:
         table = self.open()
         if table is None:
             return (), {}, None, None
-        intent: int | None = table.transaction_version(self.app_id + INTENT_SUFFIX)
+        intent = txn_version(table, self.app_id + INTENT_SUFFIX)
         quarantine = Quarantine.from_props(table.metadata().configuration)
         return staged_versions(table), quarantine.reasons(), self.mark(table), intent
 
@@ -166,8 +166,7 @@ class StagingLog:
 
     def mark(self, table: DeltaTable) -> int | None:
         """``table``'s committed mark (``txn("<app_id>#committed", v)``), if any."""
-        mark: int | None = table.transaction_version(self.app_id + COMMITTED_SUFFIX)
-        return mark
+        return txn_version(table, self.app_id + COMMITTED_SUFFIX)
 
     def recorded_spec(self, *, fresh: bool = True) -> MergeSpec | None:
         """The MergeSpec recorded in the table, or ``None``."""
