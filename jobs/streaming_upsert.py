@@ -32,7 +32,7 @@ Why it is exactly once (seed 001: source progress vs. sink commit):
 
 Run locally (embedded engine; nothing to install beyond deltasink):
 
-    python jobs/streaming_upsert.py                       # demo in a new temp dir
+    python jobs/streaming_upsert.py                       # demo in a temp dir removed at exit
     python jobs/streaming_upsert.py --lake /tmp/lake      # again: "nothing new"
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 5   # 2 more files
 
@@ -45,8 +45,10 @@ a NEW app id), ``SCHEMA`` and ``MERGE`` below, ``--max-files-per-batch`` and
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -171,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     log_setup()
 
     lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-streaming-"))
+    if not args.lake:
+        atexit.register(shutil.rmtree, lake, ignore_errors=True)
     source = Path(args.source or lake / "landing" / "orders").absolute()
     target = str(args.target or lake / "silver" / "orders")
     checkpoint = Path(args.checkpoint or lake / "_checkpoints" / "orders_stream")
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
     # 1. The last planned batch may not be done: run it again, same files, same id.
-    if last >= 0 and last not in commits:
+    ran = last >= 0 and last not in commits
+    if ran:
         run_batch(spark, sink, checkpoint, last, offsets[last])
 
     # 2. New files -> new batches: plan (offsets/n), run, record (commits/n).
@@ -221,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         write_log(checkpoint, "offsets", last, files)  # plan first: a replay reads the same
         run_batch(spark, sink, checkpoint, last, files)
         seen.update(files)
+        ran = True
 
+    if not ran:
+        print(f"nothing new: every file in {source} is in a committed batch (last {last})")
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")
     if st.target_exists:
