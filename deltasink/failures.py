@@ -27,7 +27,7 @@ _ACCESS = re.compile(
 
 
 #: The first frame of a Rust backtrace appended to a message ("   0: <unknown>").
-_BACKTRACE = re.compile(r"\n\s*(?:Stack backtrace:|0: )")
+_BACKTRACE = re.compile(r"\n\s*(?:Stack backtrace|0: )")
 #: A Rust ``Debug`` structure's opening: ``ParsedLogPath {``.
 _STRUCT = re.compile(r"\b[A-Z][A-Za-z0-9_]* \{")
 #: The fields that name what a structure is about, most telling first.

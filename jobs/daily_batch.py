@@ -28,9 +28,10 @@ Pass ``--allow-empty`` for days that really have no data.
 
 Run locally (embedded engine, generated demo partitions under LAKE/landing)::
 
-    python jobs/daily_batch.py                                   # yesterday, temp dir
-    python jobs/daily_batch.py --lake /tmp/lake --date 2025-01-02
-    python jobs/daily_batch.py --lake /tmp/lake --from-date 2025-01-01 --to-date 2025-01-31
+    python jobs/daily_batch.py                     # yesterday, in a temp dir removed at exit
+    python jobs/daily_batch.py --lake /tmp/lake --from-date 2025-01-01 --to-date 2025-01-07
+    python jobs/daily_batch.py --lake /tmp/lake --date 2025-01-08   # the next day
+    python jobs/daily_batch.py --lake /tmp/lake --date 2025-01-02   # again: already committed
 
 On Databricks: the bundle's ``orders_daily`` job passes
 ``--today {{job.trigger.time.iso_date}}`` (the run's trigger date, so a retry after
@@ -48,9 +49,11 @@ one was never loaded (refused), 4 a source partition is missing or empty.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from datetime import date, datetime, timedelta, timezone
@@ -158,7 +161,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.demo = not args.source
     if not (args.source and args.target):
         lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-daily-")).absolute()
-        print(f"lake: {lake}")
+        print(f"lake: {lake}" + ("" if args.lake else " (removed at exit; --lake keeps it)"))
+        if not args.lake:
+            atexit.register(shutil.rmtree, lake, ignore_errors=True)
         args.source = args.source or str(lake / "landing" / "order_events")
         args.target = args.target or str(lake / "silver" / "orders")
     return args

@@ -33,7 +33,7 @@ Exit codes (the most severe over all app ids):
 
 Run locally (no Spark needed: the embedded engine reads and writes with delta-rs)::
 
-    python jobs/maintenance.py                  # demo: a crashed writer, then maintenance
+    python jobs/maintenance.py                  # demo (in a temp dir removed at exit)
     python jobs/maintenance.py --target /tmp/lake/silver/orders --app-id orders-stream
 
 On Databricks: the bundle's ``deltasink_maintenance`` job (daily). With a catalog table
@@ -48,8 +48,10 @@ of that target), ``--idle-minutes`` (longer than one batch of your slowest write
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -239,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     log_setup()
     if args.target is None:  # the demo: a writer that crashed with a version staged
         lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-maintenance-")).absolute()
+        if not args.lake:
+            atexit.register(shutil.rmtree, lake, ignore_errors=True)
         args.target = make_demo(lake)
     spark = cluster_session(args.spark)
     worst = EXIT_OK

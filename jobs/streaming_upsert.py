@@ -34,7 +34,7 @@ Why it is exactly once (seed 001: source progress vs. sink commit):
 
 Run locally (embedded engine; nothing to install beyond deltasink):
 
-    python jobs/streaming_upsert.py                       # demo in a new temp dir
+    python jobs/streaming_upsert.py                       # demo in a temp dir removed at exit
     python jobs/streaming_upsert.py --lake /tmp/lake      # again: "nothing new"
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 5   # 2 more files
 
@@ -57,6 +57,7 @@ stop, like ``trigger(availableNow)``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import shutil
@@ -225,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     log_setup()
 
     lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-streaming-"))
+    if not args.lake:
+        atexit.register(shutil.rmtree, lake, ignore_errors=True)
     source = Path(args.source or lake / "landing" / "orders").absolute()
     target = str(args.target or lake / "silver" / "orders")
     checkpoint = Path(args.checkpoint or lake / "_checkpoints" / "orders_stream")
@@ -257,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     seen |= held
     try:
         # 1. The last planned batch may not be done: run it again, same files, same id.
-        if last >= 0 and last not in commits:
+        ran = last >= 0 and last not in commits
+        if ran:
             run_batch(spark, sink, checkpoint, last, offsets[last], resume=args.resume)
 
         # 2. New files -> new batches: plan (offsets/n), run, record (commits/n).
@@ -277,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             plan(checkpoint, last, files)  # plan first: a replay reads the same files
             run_batch(spark, sink, checkpoint, last, files, resume=args.resume)
             seen.update(files)
+            ran = True
     except CheckpointResetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(
@@ -287,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
 
+    if not ran:
+        print(f"nothing new: every file in {source} is in a committed batch (last {last})")
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")
     if st.target_exists:

@@ -46,7 +46,7 @@ Run on OSS Spark 4 with delta-spark (then Spark itself makes the Delta commits):
 Run locally (classic PySpark on a JVM: needs Java 17, ~10 s to start; no Delta jars:
 deltasink's embedded engine writes the tables with delta-rs)::
 
-    python jobs/streaming_upsert_databricks.py                  # demo in a new temp dir
+    python jobs/streaming_upsert_databricks.py                  # demo, temp dir removed at exit
     python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 5
     rm -r /tmp/lake/_checkpoints            # a lost checkpoint: refused, exit 3
     deltasink offsets /tmp/lake/silver/orders --app orders-stream
@@ -61,9 +61,11 @@ scheduled job; or an interval such as ``"1 minute"`` for an always-on stream).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -214,13 +216,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error("on Databricks, pass --source, --target and --checkpoint")
         lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-stream-"))
         print(f"lake: {lake}")
+        if not args.lake:
+            atexit.register(shutil.rmtree, lake, ignore_errors=True)
+        # Local defaults of their own (not streaming_upsert.py's): one --lake holds both.
         if not args.source:  # the local demo: generated input files
-            args.source = str((lake / "landing" / "orders").absolute())
+            args.source = str((lake / "landing" / "orders_spark").absolute())
             if args.source_format == "json" and args.demo_files:
                 write_demo_files(Path(args.source), args.demo_files)
-        args.target = args.target or str((lake / "silver" / "orders").absolute())
+        args.target = args.target or str((lake / "silver" / "orders_spark").absolute())
         args.checkpoint = args.checkpoint or str(
-            (lake / "_checkpoints" / "orders_stream").absolute()
+            (lake / "_checkpoints" / "orders_stream_spark").absolute()
         )
     return args
 

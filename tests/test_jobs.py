@@ -96,6 +96,10 @@ def test_streaming_upsert_runs_reruns_and_picks_up_new_files(tmp_path: Path) -> 
     again = run("streaming_upsert.py", "--lake", str(tmp_path))  # nothing new: no-op
     assert again.returncode == 0, again.stderr
     assert lines(again, "batch ") == []
+    source = (tmp_path / "landing" / "orders").absolute()
+    assert lines(again, "nothing new") == [
+        f"nothing new: every file in {source} is in a committed batch (last 2)"
+    ]
     assert support.table_version(target) == 2
 
     more = run("streaming_upsert.py", "--lake", str(tmp_path), "--demo-files", "4")
@@ -191,7 +195,76 @@ def test_streaming_upsert_crash_then_restart(
     assert DeltaSink(target, "orders-stream").status().pending_versions == []
 
 
+def test_the_two_streaming_templates_have_their_own_local_defaults(tmp_path: Path) -> None:
+    """Run one after the other with the same --lake: neither finds the other's app,
+    target or checkpoint (they used to share all three)."""
+    first = run("streaming_upsert.py", "--lake", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    spark_template = load_template("streaming_upsert_databricks").parse_args(
+        ["--lake", str(tmp_path), "--demo-files", "0"]
+    )
+    local = {
+        "target": str((tmp_path / "silver" / "orders").absolute()),
+        "checkpoint": str((tmp_path / "_checkpoints" / "orders_stream").absolute()),
+        "source": str((tmp_path / "landing" / "orders").absolute()),
+    }
+    for name, taken in local.items():
+        chosen = getattr(spark_template, name)
+        assert chosen != taken, name
+        assert not Path(chosen).exists(), name  # nothing of the first template's run
+    assert support.marker(spark_template.target, spark_template.app_id) is None
+
+
+def docstring_commands(script: str) -> list[list[str]]:
+    """The ``python jobs/<script> ...`` lines of a template's docstring, as argv lists
+    (comments dropped)."""
+    doc = load_template(script.removesuffix(".py")).__doc__ or ""
+    return [
+        line.split("#")[0].split()[2:]
+        for line in (raw.strip() for raw in doc.splitlines())
+        if line.startswith(f"python jobs/{script}")
+    ]
+
+
+def leftover_temp_dirs(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("deltasink-"))
+
+
 # -- jobs/daily_batch.py -------------------------------------------------------------------
+
+
+def test_daily_batch_docstring_sequence_runs(tmp_path: Path) -> None:
+    """The docstring's own example commands, in order, as a user would paste them."""
+    commands = docstring_commands("daily_batch.py")
+    assert len(commands) == 4
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    results = []
+    for argv in commands:
+        argv = [str(tmp_path / "lake") if a == "/tmp/lake" else a for a in argv]
+        result = run("daily_batch.py", *argv, TMPDIR=str(tmp))
+        assert result.returncode == 0, (argv, result.stdout, result.stderr)
+        results.append(result)
+    assert leftover_temp_dirs(tmp) == []  # the run without --lake cleaned up after itself
+    target = str(tmp_path / "lake" / "silver" / "orders")
+    assert support.marker(target, "orders-daily") == 20250108
+    assert lines(results[3], "day ") == [
+        f"day 2025-01-02: already committed (target table version "
+        f"{support.txn_commits(target, 'orders-daily')[20250107][0]})"
+    ]
+    # Each day adds orders <day>1 and <day>2, ships the day before's first order (an
+    # upsert: 2024-12-31's arrives with January 1st) and cancels (deletes) its second one.
+    days = ["20241231"] + [f"202501{d:02d}" for d in range(1, 9)]
+    expected = [int(d + "1") for d in days] + [int(days[-1] + "2")]
+    assert sorted(r["order_id"] for r in support.rows(target)) == sorted(expected)
+
+
+@pytest.mark.parametrize("script", ["streaming_upsert.py", "maintenance.py"])
+def test_a_run_without_lake_removes_its_temp_dir(tmp_path: Path, script: str) -> None:
+    result = run(script, TMPDIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "deltasink-" in result.stdout  # it printed where its demo lake was
+    assert leftover_temp_dirs(tmp_path) == []
 
 
 def test_daily_batch_days_backfill_reruns_and_refusals(tmp_path: Path) -> None:
@@ -448,8 +521,8 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
         )
     }
     args = ["--lake", str(tmp_path), "--max-files", "1"]
-    target = str(tmp_path / "silver" / "orders")
-    commits = tmp_path / "_checkpoints" / "orders_stream" / "commits"
+    target = str(tmp_path / "silver" / "orders_spark")
+    commits = tmp_path / "_checkpoints" / "orders_stream_spark" / "commits"
 
     crashed = run(
         "streaming_upsert_databricks.py", *args, faults="commit.after_publish=exit@2", **env
