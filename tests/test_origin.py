@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from deltasink import (
     CheckpointResetError,
     CommitError,
+    ConfigurationError,
     DeltaSink,
     InvalidInputError,
     InvalidVersionError,
@@ -33,7 +34,7 @@ from deltasink import (
 )
 from deltasink.cli import app
 from deltasink.history import ledger_table
-from deltasink.origin import BatchOrigin, decode, read_checkpoint, resolve
+from deltasink.origin import BatchOrigin, decode, read_checkpoint, resolve, resume_point
 from tests import support
 
 APPEND = MergeSpec(mode="append")
@@ -358,3 +359,39 @@ def test_resolve_is_the_rule() -> None:
     assert resolve(a, committed=5, committed_origin=other, **{**kw, "resume": True})[0] == 6
     assert decode("not json") is None
     assert decode('{"query": "q", "batch": 2}') == BatchOrigin(query_id="q", batch_id=2)
+
+
+def test_checkpoint_formats_spark_writes(tmp_path: Path) -> None:
+    """A file source's compacted log (``<n>.compact`` every 10 batches), a source with
+    no offset yet (``-``), Delta's end-of-version index, and a source of unknown kind."""
+    ck = Checkpoint(tmp_path / "ck")
+    log = ck.root / "sources" / "0"
+    log.mkdir(parents=True)
+    entries = [
+        json.dumps({"path": f"file:///in/{n}.json", "timestamp": 0, "batchId": n})
+        for n in range(10)
+    ]
+    (log / "9.compact").write_text("\n".join(["v1", *entries]))
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})
+    delta = {"sourceVersion": 1, "reservoirId": "r", "reservoirVersion": 4, "index": 2**63 - 1}
+    lines = ["v1", meta, json.dumps({"logOffset": 9}), "-", json.dumps(delta), "17"]
+    (ck.root / "offsets" / "9").write_text("\n".join(lines))
+    query, sources = read_checkpoint(str(ck.root), 9)
+    assert query == ck.query_id
+    assert sources == (
+        {"logOffset": 9, "files": ["file:///in/9.json"]},
+        None,
+        delta,
+        17,
+    )
+    origin = BatchOrigin(query_id=query, batch_id=9, sources=sources)
+    point = resume_point(9, 3, origin)
+    assert point.starting == (
+        {"kind": "files", "source": 0, "files": ["file:///in/9.json"]},
+        {"kind": "unknown", "source": 1, "offset": None},
+        {"kind": "delta", "source": 2, "startingVersion": 5},
+        {"kind": "unknown", "source": 3, "offset": 17},
+    )
+    with pytest.raises(ConfigurationError, match="no streaming checkpoint for micro-batch 10"):
+        read_checkpoint(str(ck.root), 10)
+    assert read_checkpoint(ck.root.as_uri(), 9)[0] == ck.query_id  # file: URIs too
