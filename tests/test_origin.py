@@ -12,12 +12,15 @@ engine. Real streams: ``tests/test_stream_reset_jvm.py``.
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from deltasink import (
@@ -395,3 +398,30 @@ def test_checkpoint_formats_spark_writes(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="no streaming checkpoint for micro-batch 10"):
         read_checkpoint(str(ck.root), 10)
     assert read_checkpoint(ck.root.as_uri(), 9)[0] == ck.query_id  # file: URIs too
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.sampled_from(["batch", "replay", "restart"]), min_size=1, max_size=9))
+def test_deterministic_replays_never_raise_property(steps: list[str]) -> None:
+    """Any interleaving of new micro-batches, Spark's replays of the last one (same
+    offsets, same rows) and restarts (a new sink) never raises and applies every batch
+    exactly once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        target = str(root / "target")
+        ck = Checkpoint(root / "ck")
+        sink = DeltaSink(target, APP, APPEND)
+        last = -1
+        for step in steps:
+            if step == "restart":
+                sink = DeltaSink(target, APP, APPEND)
+                continue
+            if step == "batch" or last < 0:
+                last += 1
+                ck.offsets(last, kafka(last))
+            report = sink.foreach_batch(rows(10 * last, 10 * last + 1), last, checkpoint=ck.root)
+            assert report.committed_version == last
+        assert support.ids(target) == sorted(
+            i for b in range(last + 1) for i in (10 * b, 10 * b + 1)
+        )
+        assert support.marker(target, APP) == (None if last < 0 else last)
