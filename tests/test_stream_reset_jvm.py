@@ -31,7 +31,7 @@ from tools.stream_soak import job_env
 
 pytestmark = [
     pytest.mark.jvm,
-    pytest.mark.timeout(900),
+    pytest.mark.timeout(2400),  # four to five JVM starts each, on a shared machine
     pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark"),
 ]
 
