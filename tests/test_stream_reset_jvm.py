@@ -66,7 +66,7 @@ def run_job(
         env=environment,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=1200,
         check=False,
     )
     return done.returncode, events(done.stdout), done.stderr[-3000:]
