@@ -251,6 +251,8 @@ def stream_origin(df: Any, batch_id: int, *, checkpoint: str | None = None) -> B
         if query_id is None:
             return None
         checkpoint = _checkpoint_of(session, query_id)
+        if checkpoint is None:  # the identity alone: positions unknown
+            return BatchOrigin(query_id=query_id, batch_id=batch_id)
     if checkpoint is None:
         return None
     found, sources = read_checkpoint(checkpoint, batch_id)

@@ -12,17 +12,21 @@ engine. Real streams: ``tests/test_stream_reset_jvm.py``.
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from deltasink import (
     CheckpointResetError,
     CommitError,
+    ConfigurationError,
     DeltaSink,
     InvalidInputError,
     InvalidVersionError,
@@ -33,7 +37,7 @@ from deltasink import (
 )
 from deltasink.cli import app
 from deltasink.history import ledger_table
-from deltasink.origin import BatchOrigin, decode, read_checkpoint, resolve
+from deltasink.origin import BatchOrigin, decode, read_checkpoint, resolve, resume_point
 from tests import support
 
 APPEND = MergeSpec(mode="append")
@@ -358,3 +362,66 @@ def test_resolve_is_the_rule() -> None:
     assert resolve(a, committed=5, committed_origin=other, **{**kw, "resume": True})[0] == 6
     assert decode("not json") is None
     assert decode('{"query": "q", "batch": 2}') == BatchOrigin(query_id="q", batch_id=2)
+
+
+def test_checkpoint_formats_spark_writes(tmp_path: Path) -> None:
+    """A file source's compacted log (``<n>.compact`` every 10 batches), a source with
+    no offset yet (``-``), Delta's end-of-version index, and a source of unknown kind."""
+    ck = Checkpoint(tmp_path / "ck")
+    log = ck.root / "sources" / "0"
+    log.mkdir(parents=True)
+    entries = [
+        json.dumps({"path": f"file:///in/{n}.json", "timestamp": 0, "batchId": n})
+        for n in range(10)
+    ]
+    (log / "9.compact").write_text("\n".join(["v1", *entries]))
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})
+    delta = {"sourceVersion": 1, "reservoirId": "r", "reservoirVersion": 4, "index": 2**63 - 1}
+    lines = ["v1", meta, json.dumps({"logOffset": 9}), "-", json.dumps(delta), "17"]
+    (ck.root / "offsets" / "9").write_text("\n".join(lines))
+    query, sources = read_checkpoint(str(ck.root), 9)
+    assert query == ck.query_id
+    assert sources == (
+        {"logOffset": 9, "files": ["file:///in/9.json"]},
+        None,
+        delta,
+        17,
+    )
+    origin = BatchOrigin(query_id=query, batch_id=9, sources=sources)
+    point = resume_point(9, 3, origin)
+    assert point.starting == (
+        {"kind": "files", "source": 0, "files": ["file:///in/9.json"]},
+        {"kind": "unknown", "source": 1, "offset": None},
+        {"kind": "delta", "source": 2, "startingVersion": 5},
+        {"kind": "unknown", "source": 3, "offset": 17},
+    )
+    with pytest.raises(ConfigurationError, match="no streaming checkpoint for micro-batch 10"):
+        read_checkpoint(str(ck.root), 10)
+    assert read_checkpoint(ck.root.as_uri(), 9)[0] == ck.query_id  # file: URIs too
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.sampled_from(["batch", "replay", "restart"]), min_size=1, max_size=9))
+def test_deterministic_replays_never_raise_property(steps: list[str]) -> None:
+    """Any interleaving of new micro-batches, Spark's replays of the last one (same
+    offsets, same rows) and restarts (a new sink) never raises and applies every batch
+    exactly once."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        target = str(root / "target")
+        ck = Checkpoint(root / "ck")
+        sink = DeltaSink(target, APP, APPEND)
+        last = -1
+        for step in steps:
+            if step == "restart":
+                sink = DeltaSink(target, APP, APPEND)
+                continue
+            if step == "batch" or last < 0:
+                last += 1
+                ck.offsets(last, kafka(last))
+            report = sink.foreach_batch(rows(10 * last, 10 * last + 1), last, checkpoint=ck.root)
+            assert report.committed_version == last
+        assert support.ids(target) == sorted(
+            i for b in range(last + 1) for i in (10 * b, 10 * b + 1)
+        )
+        assert support.marker(target, APP) == (None if last < 0 else last)

@@ -60,3 +60,17 @@ def test_merge_spec_is_frozen_and_keyword_only() -> None:
         pass
     else:
         raise AssertionError("MergeSpec must be keyword-only")
+
+
+def test_stream_identity_errors_are_exported() -> None:
+    """Issue 24's named errors: a reset checkpoint is a refused version (callers that
+    caught InvalidVersionError for "batch below the committed version" still do)."""
+    assert issubclass(deltasink.CheckpointResetError, deltasink.InvalidVersionError)
+    assert issubclass(deltasink.ReplayMismatchError, deltasink.InvalidInputError)
+    assert {"CheckpointResetError", "ReplayMismatchError"} <= set(deltasink.__all__)
+    params = inspect.signature(DeltaSink.foreach_batch).parameters
+    assert [p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY] == [
+        "resume",
+        "checkpoint",
+    ]
+    assert callable(DeltaSink.offsets)

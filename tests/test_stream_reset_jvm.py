@@ -31,7 +31,7 @@ from tools.stream_soak import job_env
 
 pytestmark = [
     pytest.mark.jvm,
-    pytest.mark.timeout(900),
+    pytest.mark.timeout(2400),  # four to five JVM starts each, on a shared machine
     pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark"),
 ]
 
@@ -66,7 +66,7 @@ def run_job(
         env=environment,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=1200,
         check=False,
     )
     return done.returncode, events(done.stdout), done.stderr[-3000:]
