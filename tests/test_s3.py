@@ -429,3 +429,18 @@ def test_a_missing_bucket_is_a_storage_error(s3: S3Server) -> None:
     code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
     assert code == EXIT_ERROR
     assert json.loads(out)["error"] == "StorageError"
+
+
+def test_a_staging_table_on_s3_checkpoints_every_ten_commits(s3: S3Server, uri: str) -> None:
+    """delta-rs reads every staging commit since the last checkpoint for each state read
+    (one GET each on S3); the staging table bounds that with a short interval."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    for version in range(8):  # two staging commits per direct write, plus the claim
+        sink.write(pa.table({"id": [version], "v": ["x"]}), version)
+    staging = DeltaTable(sink.staging, storage_options=options)
+    assert staging.metadata().configuration["delta.checkpointInterval"] == "10"
+    prefix = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+    names = [k.rsplit("/", 1)[1] for k in keys_under(s3, sink.staging) if k.startswith(prefix)]
+    assert "_last_checkpoint" in names
+    assert [r["id"] for r in rows(uri, options)] == list(range(8))
