@@ -1,14 +1,16 @@
 """Requests, not seconds: what a steady-state 10-row ``sink.write`` sends to an S3 API,
 against the best hand-written delta-rs MERGE of the same batch, on the same server.
 
-    python -m bench.s3_requests [--runs 10] [--rows 10000]
+    python -m bench.s3_requests [--runs 100] [--rows 10000]
 
 On an object store each request costs a round trip (10-50 ms on S3), which dominates a
 small batch's time; so this counts requests instead of timing them. The server is moto
 on 127.0.0.1 (``tests/s3server.py``, a child process that counts every request it
 answers by kind). Sides, each on its own target holding the same ``--rows`` rows, each
 warmed up with three batches first (a running job: tables open, staging present, epoch
-claimed), then ``--runs`` batches counted one by one:
+claimed), then ``--runs`` batches counted (100 by default: delta-rs reads every commit
+since a table's last checkpoint to answer a marker read, so the count grows between
+checkpoints; 100 batches average over a whole checkpoint interval of the target):
 
 * ``sink``: ``sink.write(batch, v)`` (upsert by key; a direct publish when nothing is
   pending), the sink kept across batches as a job keeps it;
@@ -108,7 +110,7 @@ SIDES: dict[str, Callable[[str, dict[str, str]], Callable[[int, pa.Table], None]
 }
 
 
-def run(runs: int = 10, rows: int = 10_000) -> dict[str, Any]:
+def run(runs: int = 100, rows: int = 10_000) -> dict[str, Any]:
     """Count the requests of each side; returns per-side totals and per-batch means."""
     server = S3Server()
     try:
@@ -152,7 +154,7 @@ def run(runs: int = 10, rows: int = 10_000) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--rows", type=int, default=10_000)
     args = parser.parse_args()
     out = run(args.runs, args.rows)

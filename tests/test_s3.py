@@ -429,3 +429,50 @@ def test_a_missing_bucket_is_a_storage_error(s3: S3Server) -> None:
     code, out = _cli("status", uri, "--app", "orders", "--json", *_o(options))
     assert code == EXIT_ERROR
     assert json.loads(out)["error"] == "StorageError"
+
+
+def test_a_staging_table_on_s3_checkpoints_every_ten_commits(s3: S3Server, uri: str) -> None:
+    """delta-rs reads every staging commit since the last checkpoint for each state read
+    (one GET each on S3); the staging table bounds that with a short interval."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    for version in range(8):  # two staging commits per direct write, plus the claim
+        sink.write(pa.table({"id": [version], "v": ["x"]}), version)
+    staging = DeltaTable(sink.staging, storage_options=options)
+    assert staging.metadata().configuration["delta.checkpointInterval"] == "10"
+    prefix = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+    names = [k.rsplit("/", 1)[1] for k in keys_under(s3, sink.staging) if k.startswith(prefix)]
+    assert "_last_checkpoint" in names
+    assert [r["id"] for r in rows(uri, options)] == list(range(8))
+
+
+def test_a_marker_read_follows_the_commits_after_the_last_one(s3: S3Server, uri: str) -> None:
+    """On S3 a marker read on a table object that moved on reads only the new commit
+    files; it must agree with delta-rs's full replay whatever the new commits hold."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from deltasink.backends.embedded.deltalog import txn_version
+
+    options = s3.storage_options()
+
+    def append(app: str | None, version: int = 0) -> None:
+        txns = [Transaction(app_id=app, version=version)] if app else []
+        props = CommitProperties(app_transactions=txns)
+        write_deltalake(
+            uri,
+            pa.table({"id": [version]}),
+            mode="append",
+            storage_options=options,
+            commit_properties=props,
+        )
+
+    append("a", 3)
+    table = DeltaTable(uri, storage_options=options)
+    assert (txn_version(table, "a"), txn_version(table, "b")) == (3, None)
+    for step in [("b", 1), (None, 0), ("a", 4), ("a", 5), ("b", 2), (None, 0)]:
+        append(*step)
+        table.update_incremental()
+        full = DeltaTable(uri, storage_options=options)
+        for writer in ("a", "b"):
+            assert txn_version(table, writer) == full.transaction_version(writer), (step, writer)
+    assert (txn_version(table, "a"), txn_version(table, "b")) == (5, 2)

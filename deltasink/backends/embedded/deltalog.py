@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake._internal import DeltaFileSystemHandler
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from deltasink._version import __version__
@@ -237,17 +238,60 @@ def txn_version(table: DeltaTable, app_id: str) -> int | None:
 
     delta-rs answers it by replaying every commit since the last checkpoint (on an
     object store: one ``GET`` per commit file, each time); a snapshot's markers never
-    change, so a second read at the same version is answered from the first."""
+    change, so a second read at the same version is answered from the first. On an
+    object store, once the same table object has moved on by a few commits, only those
+    commit files are read (one ``GET`` each): the marker is the one of the last ``txn``
+    action for the app, the earlier answer if none of them has one. delta-rs reads
+    it whenever that cannot be told so: a table with
+    ``delta.setTransactionRetentionDuration`` (markers expire), a missing or
+    unreadable commit file, or more than :data:`_INCREMENTAL_MAX` commits to read."""
     seen: dict[tuple[int, str], int | None] | None = getattr(table, "_deltasink_txns", None)
     if seen is None:
         seen = {}
         setattr(table, "_deltasink_txns", seen)  # noqa: B010 (mypy knows no such attribute)
-    key = (table.version(), app_id)
-    if key not in seen:
-        if len(seen) > 64:
-            seen.clear()
-        seen[key] = table.transaction_version(app_id)
+    version = table.version()
+    key = (version, app_id)
+    if key in seen:
+        return seen[key]
+    known = [v for (v, app) in seen if app == app_id and v < version]
+    found = _txn_since(table, app_id, max(known), seen) if known else _UNKNOWN
+    if len(seen) > 64:
+        seen.clear()
+    seen[key] = table.transaction_version(app_id) if found is _UNKNOWN else found
     return seen[key]
+
+
+_INCREMENTAL_MAX = 20
+_UNKNOWN: Any = object()
+
+
+def _txn_since(
+    table: DeltaTable, app_id: str, base: int, seen: dict[tuple[int, str], int | None]
+) -> Any:
+    """``app_id``'s marker at ``table.version()`` from its marker at ``base`` and the
+    commit files after it; :data:`_UNKNOWN` when that cannot be told (see
+    :func:`txn_version`). Only for tables on an object store."""
+    version = table.version()
+    uri = str(table.table_uri)
+    if is_local(uri) or version - base > _INCREMENTAL_MAX:
+        return _UNKNOWN
+    if "delta.setTransactionRetentionDuration" in table.metadata().configuration:
+        return _UNKNOWN
+    marker = seen[(base, app_id)]
+    try:
+        store = DeltaFileSystemHandler(uri, dict(getattr(table, "_storage_options", None) or {}))
+        for n in range(base + 1, version + 1):
+            stream = store.open_input_file(f"_delta_log/{n:020d}.json")
+            text = stream.read(stream.size()).decode("utf-8")
+            if not text.strip():
+                return _UNKNOWN  # a torn commit: let delta-rs judge it
+            for line in text.splitlines():
+                txn = json.loads(line).get("txn") if line.strip() else None
+                if txn and txn.get("appId") == app_id:
+                    marker = int(txn["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _UNKNOWN
+    return marker
 
 
 def commit_file(uri: str, version: int) -> str:

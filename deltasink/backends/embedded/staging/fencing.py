@@ -24,6 +24,7 @@ from deltasink.layout import (
     PROP_TARGET,
     VERSION_COLUMN,
 )
+from deltasink.locations import is_local
 from deltasink.retry import retry
 from deltasink.spec import MergeSpec
 
@@ -47,6 +48,10 @@ LOG_SETTINGS = {
     "delta.enableExpiredLogCleanup": "true",
 }
 _EARLIER_RETENTION = "interval 1 hours"
+#: A staging table on an object store checkpoints every this many commits: delta-rs
+#: reads every commit since the last checkpoint (one request each, on each marker read)
+#: to answer the sink's state reads, and a write makes two staging commits.
+OBJECT_STORE_CHECKPOINT_INTERVAL = 10
 
 
 class Epochs:
@@ -164,6 +169,11 @@ class Epochs:
                     PROP_EPOCH: "0",
                     **LOG_SETTINGS,
                     "delta.deletedFileRetentionDuration": "interval 1 hours",
+                    **(
+                        {}
+                        if is_local(log.uri)
+                        else {"delta.checkpointInterval": str(OBJECT_STORE_CHECKPOINT_INTERVAL)}
+                    ),
                 },
                 storage_options=log.options,
                 raise_if_key_not_exists=False,
