@@ -151,7 +151,9 @@ def _spark_literal(value: object) -> str | None:
     return _literal(value)
 
 
-def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False) -> str | None:
+def replace_predicate(
+    spec: MergeSpec, values: pa.Table, *, spark: bool = False, empty_as_null: Sequence[str] = ()
+) -> str | None:
     """The predicate selecting the target rows a ``replace`` version replaces, over
     unqualified target columns: the ``replace_by`` value combinations of ``values``
     (its distinct rows), and ``replace_where``. ``None``: the version replaces nothing
@@ -161,6 +163,9 @@ def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False)
         spec: A ``replace`` spec.
         values: The batch (or its distinct ``replace_by`` rows).
         spark: Render literals for Spark SQL (else for delta-rs).
+        empty_as_null: Columns whose empty string the target reads back as null
+            (Delta's string partition columns on Delta-Spark): ``''`` selects the
+            null rows too.
 
     Raises:
         ValueError: A ``replace_by`` value of a type without a literal here (the batch
@@ -180,7 +185,10 @@ def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False)
                 text = literal(row[column])
                 if text is None:
                     raise ValueError(f"replace_by value {row[column]!r} has no SQL literal")
-                terms.append(f"{quote(column)} = {text}")
+                if column in empty_as_null and row[column] == "":
+                    terms.append(f"({quote(column)} = {text} OR {quote(column)} IS NULL)")
+                else:
+                    terms.append(f"{quote(column)} = {text}")
             alternatives.append(" AND ".join(terms))
         parts.append("(" + " OR ".join(f"({a})" for a in alternatives) + ")")
     return " AND ".join(parts)
@@ -218,6 +226,7 @@ def compile_merge(
     has_delete: bool,
     prune: str | None = None,
     has_guard: bool = False,
+    empty_as_null: Sequence[str] = (),
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -230,16 +239,31 @@ def compile_merge(
         has_guard: Whether the batch carries :data:`~deltasink.batch.GUARD_COLUMN`
             (a coalesced batch with ``sequence_by`` and deletes), the sequence value
             a target row is compared with.
+        empty_as_null: Key columns whose empty string the target reads back as null
+            (string partition columns on Delta-Spark): a batch's ``''`` matches such
+            a null (docs/guarantees.md, "One key, one rule").
     """
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
     if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
         # `a IS NOT DISTINCT FROM b AND c` as `a IS NOT DISTINCT FROM (b AND c)`
         on = " AND ".join(
-            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)})" for k in spec.keys
+            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)}"
+            + (
+                f" OR ({TARGET}.{quote(k)} IS NULL AND {SOURCE}.{quote(k)} = '')"
+                if k in empty_as_null
+                else ""
+            )
+            + ")"
+            for k in spec.keys
         )
     else:
-        on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+        on = " AND ".join(
+            f"coalesce({TARGET}.{quote(k)}, '') = {SOURCE}.{quote(k)}"
+            if k in empty_as_null
+            else f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}"
+            for k in spec.keys
+        )
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
