@@ -154,7 +154,9 @@ def _spark_literal(value: object) -> str | None:
     return _literal(value)
 
 
-def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False) -> str | None:
+def replace_predicate(
+    spec: MergeSpec, values: pa.Table, *, spark: bool = False, empty_as_null: Sequence[str] = ()
+) -> str | None:
     """The predicate selecting the target rows a ``replace`` version replaces, over
     unqualified target columns: the ``replace_by`` value combinations of ``values``
     (its distinct rows), and ``replace_where``. ``None``: the version replaces nothing
@@ -164,6 +166,9 @@ def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False)
         spec: A ``replace`` spec.
         values: The batch (or its distinct ``replace_by`` rows).
         spark: Render literals for Spark SQL (else for delta-rs).
+        empty_as_null: Columns whose empty string the target reads back as null
+            (Delta's string partition columns on Delta-Spark): ``''`` selects the
+            null rows too.
 
     Raises:
         ValueError: A ``replace_by`` value of a type without a literal here (the batch
@@ -184,7 +189,10 @@ def replace_predicate(spec: MergeSpec, values: pa.Table, *, spark: bool = False)
                 text = literal(row[column])
                 if text is None:
                     raise ValueError(f"replace_by value {row[column]!r} has no SQL literal")
-                terms.append(f"{quote(column)} = {text}")
+                if column in empty_as_null and row[column] == "":
+                    terms.append(f"({quote(column)} = {text} OR {quote(column)} IS NULL)")
+                else:
+                    terms.append(f"{quote(column)} = {text}")
             alternatives.append(" AND ".join(terms))
         parts.append("(" + " OR ".join(f"({a})" for a in alternatives) + ")")
     return " AND ".join(parts)
@@ -223,6 +231,7 @@ def compile_merge(
     prune: str | None = None,
     has_guard: bool = False,
     spark: bool = False,
+    empty_as_null: Sequence[str] = (),
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -238,6 +247,9 @@ def compile_merge(
         spark: Render the user's predicates (``target_predicate``,
             ``not_matched_by_source_condition``) for Spark SQL (else for delta-rs);
             either way re-emitted from their parse, never spliced as written.
+        empty_as_null: Key columns whose empty string the target reads back as null
+            (string partition columns on Delta-Spark): a batch's ``''`` matches such
+            a null (docs/guarantees.md, "One key, one rule").
     """
     dialect: Dialect = "spark" if spark else "delta-rs"
     if spec.mode in ("append", "replace"):
@@ -245,10 +257,22 @@ def compile_merge(
     if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
         # `a IS NOT DISTINCT FROM b AND c` as `a IS NOT DISTINCT FROM (b AND c)`
         on = " AND ".join(
-            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)})" for k in spec.keys
+            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)}"
+            + (
+                f" OR ({TARGET}.{quote(k)} IS NULL AND {SOURCE}.{quote(k)} = '')"
+                if k in empty_as_null
+                else ""
+            )
+            + ")"
+            for k in spec.keys
         )
     else:
-        on = " AND ".join(f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}" for k in spec.keys)
+        on = " AND ".join(
+            f"coalesce({TARGET}.{quote(k)}, '') = {SOURCE}.{quote(k)}"
+            if k in empty_as_null
+            else f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}"
+            for k in spec.keys
+        )
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")

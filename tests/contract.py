@@ -1069,6 +1069,82 @@ def stage_as_an_old_release(sink: DeltaSink, batch: Any, version: int) -> None:
         assert support.staged_versions(harness.staging) == []
         assert len(history()) == 5
 
+    def test_empty_string_partition_values_read_back_as_null_and_still_match(
+        self, harness: Harness
+    ) -> None:
+        """Delta stores an empty-string partition value as null: the rows read back
+        with a null ``note``, and upserts (by a key that includes the partition
+        column) and replaces of the "" slice still match them: no row is duplicated."""
+        layout = TableSpec(partition_by=["note"])
+        spec = MergeSpec(keys=["id", "note"])
+        sink = harness.sink(spec, table=layout)
+        sink.write(harness.rows((1, "a", ""), (2, "b", "x")), 0)  # creates the target
+        assert harness.contents() == [(1, "a", None), (2, "b", "x")]
+        sink.pre_commit(harness.rows((1, "b", "")), 1)
+        sink.pre_commit(harness.rows((1, "c", ""), (3, "c", "")), 2)
+        assert sink.commit(2).committed_versions == [1, 2]
+        sink.write(harness.rows((1, "d", ""), (3, "d", "")), 3)  # direct
+        assert harness.contents() == [(1, "d", None), (2, "b", "x"), (3, "d", None)]
+        assert harness.marker() == 3
+        insert = DeltaSink(
+            harness.target,
+            "ins",
+            MergeSpec(keys=["id", "note"], mode="insert"),
+            **harness.sink_kwargs,
+        )
+        insert.write(harness.rows((1, "e", ""), (4, "e", "")), 0)
+        assert harness.contents() == [(1, "d", None), (2, "b", "x"), (3, "d", None), (4, "e", None)]
+
+        by = DeltaSink(
+            f"{harness.target}_by",
+            "by",
+            MergeSpec(mode="replace", replace_by=["note"]),
+            table=layout,
+            **harness.sink_kwargs,
+        )
+        by.write(harness.rows((1, "a", ""), (2, "b", "x")), 0)
+        by.write(harness.rows((3, "c", "")), 1)
+        by.pre_commit(harness.rows((4, "d", ""), (5, "d", "")), 2)
+        assert by.commit(2).committed_versions == [2]
+        assert support.rows(by.target) == [
+            {"id": 2, "value": "b", "note": "x"},
+            {"id": 4, "value": "d", "note": None},
+            {"id": 5, "value": "d", "note": None},
+        ]
+        where = DeltaSink(
+            f"{harness.target}_where",
+            "where",
+            MergeSpec(mode="replace", replace_where="coalesce(note, '') = ''"),
+            table=layout,
+            **harness.sink_kwargs,
+        )
+        where.write(harness.rows((1, "a", "")), 0)
+        where.write(harness.rows((2, "b", ""), (3, "b", "")), 1)
+        assert support.rows(where.target) == [
+            {"id": 2, "value": "b", "note": None},
+            {"id": 3, "value": "b", "note": None},
+        ]
+        assert support.marker(where.target, "where") == 1
+
+        spec = MergeSpec(mode="scd2", keys=["id", "note"], sequence_by="value")
+        scd2 = DeltaSink(f"{harness.target}_scd2", "h", spec, table=layout, **harness.sink_kwargs)
+        scd2.write(harness.rows((1, "a", ""), (2, "a", "x")), 0)
+        scd2.write(harness.rows((1, "b", "")), 1)
+        scd2.pre_commit(harness.rows((1, "c", "")), 2)
+        scd2.pre_commit(harness.rows((1, "d", "")), 3)
+        assert scd2.commit(3).committed_versions == [2, 3]
+        history = sorted(
+            (r["id"], r["note"], r["value"], r["valid_to"], r["is_current"])
+            for r in support.rows(scd2.target)
+        )
+        assert history == [
+            (1, None, "a", "b", False),
+            (1, None, "b", "c", False),
+            (1, None, "c", "d", False),
+            (1, None, "d", None, True),
+            (2, "x", "a", None, True),
+        ]
+
 
 class Crash(Exception):
     """The simulated death of the job."""

@@ -118,11 +118,13 @@ def merge_sql(
     *,
     prune: str | None = None,
     has_guard: bool = False,
+    empty_as_null: Sequence[str] = (),
 ) -> str:
     """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
     :class:`~deltasink.merge.MergePlan` the embedded engine runs; ``prune`` (see
     :func:`key_prune`) is added to its join condition; ``has_guard``: the source
-    carries the sequence guard (:func:`guarded`)."""
+    carries the sequence guard (:func:`guarded`); ``empty_as_null``: see
+    :func:`string_partitions`."""
     plan = compile_merge(
         spec,
         columns,
@@ -130,8 +132,24 @@ def merge_sql(
         prune=prune,
         has_guard=has_guard,
         spark=True,
+        empty_as_null=empty_as_null,
     )
     return plan.to_sql(target_ref, f"({source})")
+
+
+def string_partitions(sql: SparkSql, ref: str, columns: Sequence[str], target: Any) -> list[str]:
+    """The ``columns`` that are string partition columns of the target (a Spark
+    DataFrame): Delta-Spark stores their empty string as null and reads it back so,
+    so a batch's ``''`` must match a null there. ``DESCRIBE DETAIL`` runs only when
+    one of ``columns`` is a string column."""
+    from pyspark.sql.types import StringType
+
+    types = {f.name: f.dataType for f in target.schema.fields}
+    strings = [c for c in columns if isinstance(types.get(c), StringType)]
+    if not strings:
+        return []
+    partitions = set(read_definition(sql, ref).partition_by)
+    return [c for c in strings if c in partitions]
 
 
 def key_prune(
@@ -314,16 +332,18 @@ class TargetWriter:
         if target is not None and unstaged is not None:  # one session per statement
             target = spark.sql(f"SELECT * FROM {t.target_ref}")
         _faults.point("publish.before_target_commit", versions=list(versions))
-        history = None
+        history, blank = None, list[str]()
         if spec.mode == "scd2":  # the changes to the target's history, merged below
-            history = history_changes(spark, source, target, spec)
+            if target is not None:
+                blank = string_partitions(self._sql, t.target_ref, spec.keys, target)
+            history = history_changes(spark, source, target, spec, blank)
         if target is not None and history is not None:
             if spec.schema_evolution:
                 wanted = struct([f for f in history.schema.fields if f.name != DELETE_COLUMN])
                 self._sql.add_columns(t.target_ref, wanted, target.columns)
             view = f"deltasink_history_{uuid.uuid4().hex}"
             history.createOrReplaceTempView(view)
-            statement = history_merge_sql(t.target_ref, spec, list(history.columns), view)
+            statement = history_merge_sql(t.target_ref, spec, list(history.columns), view, blank)
             try:
                 with delta_txn(spark, t.app_id, version, user_metadata=metadata):
                     spark.sql(statement).collect()
@@ -338,7 +358,8 @@ class TargetWriter:
                 if spec.replace_by
                 else pa.table({})
             )
-            predicate = replace_predicate(spec, distinct, spark=True)
+            blank = string_partitions(self._sql, t.target_ref, spec.replace_by or (), target)
+            predicate = replace_predicate(spec, distinct, spark=True, empty_as_null=blank)
             options = {"mergeSchema": "true"} if spec.schema_evolution else {}
             if predicate is not None:
                 options["replaceWhere"] = predicate
@@ -384,6 +405,7 @@ class TargetWriter:
                 source,
                 prune=prune,
                 has_guard=guarded(spec, versions),
+                empty_as_null=string_partitions(self._sql, t.target_ref, spec.keys, target),
             )
             with delta_txn(spark, t.app_id, version, user_metadata=metadata):
                 spark.sql(statement).collect()

@@ -9,9 +9,10 @@ those keys' history, not the target).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from deltasink.batch import DELETE_COLUMN, spark_arrow, spark_input
+from deltasink.batch import DELETE_COLUMN, quote, spark_arrow, spark_input
 from deltasink.merge import compile_merge
 from deltasink.scd2 import changes
 from deltasink.spec import MergeSpec
@@ -19,7 +20,9 @@ from deltasink.spec import MergeSpec
 __all__ = ["history_changes", "history_merge_sql"]
 
 
-def history_changes(spark: Any, source: str, target: Any | None, spec: MergeSpec) -> Any:
+def history_changes(
+    spark: Any, source: str, target: Any | None, spec: MergeSpec, blank: Sequence[str] = ()
+) -> Any:
     """The rows to MERGE (see :func:`deltasink.scd2.changes`) as a Spark DataFrame.
 
     Args:
@@ -27,12 +30,21 @@ def history_changes(spark: Any, source: str, target: Any | None, spec: MergeSpec
         source: The staged versions' rows, as a query (:func:`.publish.source_sql`).
         target: The target as a DataFrame, or ``None`` if it does not exist yet.
         spec: A ``scd2`` spec.
+        blank: Key columns whose empty string the target reads back as null
+            (:func:`.publish.string_partitions`): read as ``''`` again here.
     """
     from pyspark.sql.types import BooleanType, StructField, StructType
 
     staged = spark.sql(source)
     batch = spark_arrow(staged)
     current = None
+    if target is not None and blank:
+        target = target.selectExpr(
+            *(
+                f"coalesce({quote(c)}, '') AS {quote(c)}" if c in blank else quote(c)
+                for c in target.columns
+            )
+        )
     if target is not None and batch.num_rows:
         keys = staged.select(*spec.keys).distinct()
         current = spark_arrow(target.join(keys, on=list(spec.keys), how="left_semi"))
@@ -49,8 +61,12 @@ def history_changes(spark: Any, source: str, target: Any | None, spec: MergeSpec
     return spark.createDataFrame(spark_input(rows), schema=schema)
 
 
-def history_merge_sql(target_ref: str, spec: MergeSpec, columns: list[str], view: str) -> str:
-    """``MERGE INTO`` the target ``USING`` the view of :func:`history_changes`."""
+def history_merge_sql(
+    target_ref: str, spec: MergeSpec, columns: list[str], view: str, blank: Sequence[str] = ()
+) -> str:
+    """``MERGE INTO`` the target ``USING`` the view of :func:`history_changes`
+    (``blank``: as there)."""
     start = spec.history[0]
     on_rows = MergeSpec(mode="upsert", keys=(*spec.keys, start), delete_when="removed")
-    return compile_merge(on_rows, columns, has_delete=True, spark=True).to_sql(target_ref, view)
+    plan = compile_merge(on_rows, columns, has_delete=True, spark=True, empty_as_null=blank)
+    return plan.to_sql(target_ref, view)
