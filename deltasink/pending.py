@@ -21,7 +21,7 @@ from deltasink.scd2 import changes
 from deltasink.schema import align_to_target, nullable_schema
 from deltasink.spec import MergeSpec
 
-__all__ = ["schema_after", "stuck_advice"]
+__all__ = ["pending_context", "schema_after", "stuck_advice"]
 
 
 def _data(schema: pa.Schema) -> pa.Schema:
@@ -61,6 +61,22 @@ def stuck_advice(version: int, *, app_id: str, target: str) -> str:
     )
 
 
+def pending_context(
+    exc: SchemaMismatchError, pending: Sequence[int], *, table: str, app_id: str, version: int
+) -> SchemaMismatchError:
+    """``exc`` (a batch refused against :func:`schema_after`) saying which schema it was
+    checked against, when versions are pending before it."""
+    return SchemaMismatchError(
+        f"{exc} (Checked against the schema {table} will have once app {app_id!r}'s "
+        f"pending versions {list(pending)} are published: a staged version must be "
+        "publishable. Nothing was staged.)",
+        table=exc.table,
+        column=exc.column,
+        app_id=app_id,
+        version=version,
+    )
+
+
 def schema_after(
     target: pa.Schema | None,
     staged: Sequence[tuple[int, pa.Schema]],
@@ -90,8 +106,12 @@ def schema_after(
             it and the way out, :func:`stuck_advice`).
     """
     current = target
+    previous: pa.Schema | None = None
     for version, schema in staged:
         data = _data(schema)
+        if previous is not None and data.equals(previous):
+            continue  # the same schema again: it fits, and adds nothing
+        previous = data
         if current is None:
             current = _created(data, spec)
             continue

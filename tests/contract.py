@@ -829,9 +829,14 @@ class SinkContract:
         one_by_one.write(harness.make_table(pending_rows(0)), 0)
         with pytest.raises(SchemaMismatchError) as committed:
             one_by_one.pre_commit(second, 1)
-        assert str(pending.value).replace(harness.target, "T") == str(committed.value).replace(
-            harness.target + "_one", "T"
+        # the same check, the same words, plus which schema it was checked against
+        same = str(committed.value).replace(harness.target + "_one", "T")
+        assert str(pending.value).replace(harness.target, "T") == (
+            f"{same} (Checked against the schema T will have once app "
+            f"{harness.app_id!r}'s pending versions [0] are published: a staged version "
+            "must be publishable. Nothing was staged.)"
         )
+        assert (pending.value.column, pending.value.version) == (column, 1)
         assert sink.commit(1).committed_versions == [0]
         assert pending_contents(harness.target) == pending_contents(harness.target + "_one")
         assert harness.marker() == 0

@@ -20,11 +20,11 @@ from deltasink.batch import collect, prepare
 from deltasink.checks import Check
 from deltasink.coalesce import coalesce
 from deltasink.direct import record_mark_softly
-from deltasink.errors import CommitError, ConfigurationError
+from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
 from deltasink.guards import MarkGuard, refuse_spec_change
 from deltasink.origin import ORIGIN_KEY
 from deltasink.participant import DiscardReason
-from deltasink.pending import schema_after
+from deltasink.pending import pending_context, schema_after
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 
@@ -103,6 +103,8 @@ class EmbeddedBackend:
         self.write_through: int | None = None
         self._state: LogState | None = None  # as read last (read_state)
         self.origin: tuple[int, str] | None = None
+        # Schemas of staged versions read from their files' footers (not in _staged).
+        self._schemas: dict[int, pa.Schema] = {}
 
     # -- configuration -------------------------------------------------------------
 
@@ -155,6 +157,7 @@ class EmbeddedBackend:
             )
             self._epoch = None
             self._staged.clear()
+            self._schemas.clear()
         spec = self._spec or self.log.recorded_spec()
         self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
         return self._epoch
@@ -189,11 +192,16 @@ class EmbeddedBackend:
                 table=self.target.uri,
                 version=version,
             )
-        data = self._prepare(batch, spec, self._schema_before(version))
+        data = self._prepare(batch, spec, self._schema_before(version), version)
         self.target.check_writable(data.column_names)
         self.target.check_condition(spec)
         self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)
+
+    def _pending_before(self, version: int) -> list[int]:
+        """The versions pending before ``version``, on the state read last."""
+        state = self._state if self._state is not None else self.read_state()
+        return [s.version for s in state.pending if s.version < version]
 
     def _schema_before(self, version: int) -> pa.Schema | None:
         """The schema the target will have when ``version`` is published: the target's,
@@ -205,13 +213,16 @@ class EmbeddedBackend:
             SchemaMismatchError: A pending version before it does not fit (stuck).
         """
         target = self.target.schema(fresh=False)
-        state = self._state if self._state is not None else self.read_state()
-        before = [s.version for s in state.pending if s.version < version]
+        before = self._pending_before(version)
         if not before:
             return target
         kept = {v: t.schema for v in before if (t := self._staged.get(v)) is not None}
+        kept.update({v: self._schemas[v] for v in before if v not in kept and v in self._schemas})
         missing = [v for v in before if v not in kept]
-        kept.update(self.log.schemas(missing, fresh=False) if missing else {})
+        if missing:
+            read = self.log.schemas(missing, fresh=False)
+            self._schemas.update(read)
+            kept.update(read)
         return schema_after(
             target,
             [(v, kept[v]) for v in before if v in kept],
@@ -311,10 +322,19 @@ class EmbeddedBackend:
             self.writer.record_intent(version, epoch=epoch, verified=True)
             self._intent = version
 
-    def _prepare(self, batch: object, spec: MergeSpec, expected: pa.Schema | None) -> pa.Table:
-        data = prepare(
-            collect(batch, spec, to_arrow=engine_arrow), spec, expected, target=self.target.uri
-        )
+    def _prepare(
+        self, batch: object, spec: MergeSpec, expected: pa.Schema | None, version: int
+    ) -> pa.Table:
+        collected = collect(batch, spec, to_arrow=engine_arrow)
+        try:
+            data = prepare(collected, spec, expected, target=self.target.uri)
+        except SchemaMismatchError as exc:
+            before = self._pending_before(version)
+            if not before:
+                raise
+            raise pending_context(
+                exc, before, table=self.target.uri, app_id=self.app_id, version=version
+            ) from exc
         _faults.point("stage.before_write")
         return data
 
@@ -393,6 +413,8 @@ class EmbeddedBackend:
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
         self._staged.drop(versions)
+        for version in versions:
+            self._schemas.pop(version, None)
         self.writer.drop(versions, reason=reason, epoch=self._fence(), verified=True)
 
     # -- status ---------------------------------------------------------------------
@@ -412,11 +434,12 @@ class EmbeddedBackend:
         self.writer.set_quarantine(version, reason, epoch=self._fence())
 
     def restage(self, batch: object, version: int) -> StagedVersion:
-        data = self._prepare(batch, self.spec_for_staged(), self._schema_before(version))
+        data = self._prepare(batch, self.spec_for_staged(), self._schema_before(version), version)
         self._auditor.validate(data)
         epoch = self._fence(data.schema)
         assert epoch is not None
         self._staged.drop([version])  # whatever happens next, never the old rows
+        self._schemas.pop(version, None)
         staged = self.writer.replace(version, data, epoch=epoch)
         self._staged.put(version, data)
         return staged

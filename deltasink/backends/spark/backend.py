@@ -17,12 +17,12 @@ from deltasink import _faults
 from deltasink.batch import spark_arrow, spark_empty
 from deltasink.checks import Check, StagedBatch, needs_validation, run_checks, validate_on
 from deltasink.direct import record_mark_softly
-from deltasink.errors import CommitError, ConfigurationError
+from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
 from deltasink.guards import refuse_spec_change
 from deltasink.history import history_from_commits, previous_rows, user_metadata
 from deltasink.layout import PROP_SPEC
 from deltasink.participant import DiscardReason
-from deltasink.pending import schema_after
+from deltasink.pending import pending_context, schema_after
 from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.spec import MergeSpec
 from deltasink.table import TableSpec
@@ -185,13 +185,17 @@ class SparkBackend:
         df = as_dataframe(batch, self._sql)
         self._sql.session(df)
         target = self._logs.target_frame()
-        prepared = prepare_frame(
-            require_dataframe(df),
-            spec,
-            target,
-            table=self.target,
-            expected=self._expected(version, target),
-        )
+        expected = self._expected(version, target)
+        try:
+            prepared = prepare_frame(
+                require_dataframe(df), spec, target, table=self.target, expected=expected
+            )
+        except SchemaMismatchError as exc:
+            if expected is None:
+                raise
+            raise pending_context(
+                exc, expected.pending, table=self.target, app_id=self.app_id, version=version
+            ) from exc
         check_condition(spec, target, table=self.target)
         self._validate_checks(prepared)
         self._target_writer.check_definition(prepared.columns)
@@ -263,7 +267,7 @@ class SparkBackend:
         types = {f.name: f.dataType for f in staging.schema.fields}
         if target is not None:
             types.update({f.name: f.dataType for f in target.schema.fields})
-        return Expected(schema, types)
+        return Expected(schema, types, tuple(before))
 
     def _schema_after(
         self, versions: Sequence[int], staging: Any, target: Any | None

@@ -79,10 +79,12 @@ class Expected:
         schema: That schema, in Arrow (the check :func:`~deltasink.batch.prepare` makes).
         types: The Spark types its columns are stored as (the target's, else the
             staging table's), which the batch's columns are cast to.
+        pending: The versions pending before the batch.
     """
 
     schema: pa.Schema
     types: Mapping[str, Any]
+    pending: tuple[int, ...] = ()
 
 
 def as_dataframe(batch: object, sql: SparkSql) -> Any:
