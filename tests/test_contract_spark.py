@@ -206,7 +206,6 @@ def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.sql.warehouse.dir", str(warehouse))
         # Small tables, 2 cores: Delta's state reconstruction defaults to 50 partitions
         # (a 50-task job per snapshot), shuffles to 200; neither pays here.
-        .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         # VACUUM lists files in a job of this many tasks (default 10,000: minutes here).
@@ -215,6 +214,8 @@ def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
+    for key, value in support.CHEAP_SPARK_CONF.items():  # no codegen, no C2 JIT, no AQE
+        builder = builder.config(key, value)
     jars = delta_jars()
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))

@@ -40,15 +40,18 @@ def batch(spark: SparkSession, version: int) -> object:
 def main() -> None:
     master, jars, work = sys.argv[1:4]
     os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+    # Cheap on tiny tables (tests/support.py), with two shuffle partitions kept so that
+    # both executors get tasks.
+    conf = {**support.CHEAP_SPARK_CONF, "spark.sql.shuffle.partitions": "2"}
     spark = (
         SparkSession.builder.master(master)
+        .config(map=conf)
         .appName("deltasink-cluster-job")
         .config("spark.jars", jars)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         )
-        .config("spark.sql.shuffle.partitions", "2")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "2")
         .config("spark.ui.enabled", "false")

@@ -38,6 +38,7 @@ from deltasink.backends.spark.conf import (
     delta_txn,
     session_conf,
 )
+from tests.support import CHEAP_SPARK_CONF
 
 
 def say(event: str, **fields: Any) -> None:
@@ -77,8 +78,8 @@ def main() -> None:
     builder = (
         SparkSession.builder.master("local[1]")
         .appName("deltasink-stream-test")
+        .config(map=CHEAP_SPARK_CONF)  # the suite's cheap settings (tests/support.py)
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
         # For the embedded engine configured without its jars: enough for engine
         # auto-detection to see a Delta-enabled session; the sink below says which.
