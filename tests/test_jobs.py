@@ -39,14 +39,16 @@ def clean_environ() -> dict[str, str]:
     return environ
 
 
-def run(script: str, *args: str, faults: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    script: str, *args: str, faults: str = "", timeout: float = 180, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run a job template in a fresh interpreter, as a user would."""
     return subprocess.run(
         [sys.executable, str(JOBS / script), *args],
         env={**clean_environ(), "PYTHONUNBUFFERED": "1", "DELTASINK_FAULTS": faults, **env},
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         check=False,
     )
 
@@ -508,8 +510,13 @@ def test_bundle_is_valid_and_matches_the_templates() -> None:
 # -- jobs/streaming_upsert_databricks.py on classic PySpark (the one JVM test) -------------
 
 
+#: A classic PySpark start takes ~10 s, and minutes on a loaded shared machine.
+JVM_TIMEOUT_S = 900
+
+
 @pytest.mark.jvm
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
 def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> None:
     """Real writeStream.foreachBatch with a Spark checkpoint: a crash after the sink
@@ -525,13 +532,17 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
     commits = tmp_path / "_checkpoints" / "orders_stream_spark" / "commits"
 
     crashed = run(
-        "streaming_upsert_databricks.py", *args, faults="commit.after_publish=exit@2", **env
+        "streaming_upsert_databricks.py",
+        *args,
+        faults="commit.after_publish=exit@2",
+        timeout=JVM_TIMEOUT_S,
+        **env,
     )
     assert crashed.returncode == EXIT_CODE, (crashed.stdout, crashed.stderr)
     assert sorted(p.name for p in commits.iterdir() if p.name.isdigit()) == ["0"]
     assert support.marker(target, "orders-stream") == 1  # the sink got further than Spark
 
-    restarted = run("streaming_upsert_databricks.py", *args, **env)
+    restarted = run("streaming_upsert_databricks.py", *args, timeout=JVM_TIMEOUT_S, **env)
     assert restarted.returncode == 0, restarted.stderr
     assert "engine: embedded (auto: no Delta-enabled Spark session" in restarted.stdout
     assert lines(restarted, "batch ") == [
@@ -548,7 +559,7 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
     shutil.rmtree(commits.parent)
     landing = tmp_path / "landing" / "orders"
     demo = [*args, "--demo-files", "4"]
-    reset = run("streaming_upsert_databricks.py", *demo, **env)
+    reset = run("streaming_upsert_databricks.py", *demo, timeout=JVM_TIMEOUT_S, **env)
     assert reset.returncode == 3, (reset.stdout, reset.stderr)
     assert "CheckpointResetError" in reset.stderr or "resume" in reset.stderr
     assert f"deltasink offsets {target} --app orders-stream" in reset.stderr
@@ -565,7 +576,15 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
         name = Path(uri.removeprefix("file://")).name
         (landing / name).rename(done / name)
     shutil.rmtree(commits.parent)
-    resumed = run("streaming_upsert_databricks.py", *args, "--demo-files", "0", "--resume", **env)
+    resumed = run(
+        "streaming_upsert_databricks.py",
+        *args,
+        "--demo-files",
+        "0",
+        "--resume",
+        timeout=JVM_TIMEOUT_S,
+        **env,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert lines(resumed, "batch ") == ["batch 0: committed as version 3"]
     assert contents(target) == [

@@ -126,3 +126,27 @@ def test_kills_are_planned_in_the_form_they_are_reported() -> None:
     for bad in ("fault:nowhere@1", "in-batch:x", "explode:1"):
         with pytest.raises(ValueError, match="not a kill"):
             Kill.parse(bad)
+
+
+def test_the_reset_checker_finds_lost_and_repeated_rows_and_gaps(tmp_path: Path) -> None:
+    """``--reset`` trials check rows and commits, not Spark's batches (two queries)."""
+
+    def checked(obs: Observed) -> tuple[set[int], set[int], list[str]]:
+        trial = stream_soak.StreamTrial(tmp_path, 0, 1, 4, 1, "embedded", {}, reset=True)
+        trial.check_rows(obs)
+        return trial.lost, trial.duplicated, trial.violations
+
+    whole = dict.fromkeys(range(4), 1)
+    assert checked(Observed(3, whole, ids(0, 1, 2, 3), [])) == (set(), set(), [])
+    assert checked(Observed(3, whole, ids(0, 1, 3), [])) == ({2}, set(), [])
+    assert checked(Observed(3, whole, ids(0, 1, 1, 2, 3), [])) == (set(), {1}, [])
+    assert checked(Observed(3, {0: 1, 1: 1, 2: 2, 3: 1}, ids(0, 1, 2, 3), [])) == (
+        set(),
+        {2},
+        [],
+    )
+    assert checked(Observed(3, {0: 1, 1: 1, 3: 1}, ids(0, 1, 2, 3), [4])) == (
+        set(),
+        set(),
+        ["versions [0, 1, 3] are not 0..3", "staging still holds versions [4]"],
+    )
