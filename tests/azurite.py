@@ -101,14 +101,21 @@ class Azurite:
         raise RuntimeError("Azurite did not start")
 
     def storage_options(self, **extra: str) -> dict[str, str]:
-        """delta-rs storage options for the emulator (``extra`` added)."""
+        """delta-rs storage options for the emulator (``extra`` added). delta-rs finds
+        it through ``AZURITE_BLOB_STORAGE_URL`` in the environment (see
+        :meth:`environ`); an ``AZURE_STORAGE_ENDPOINT`` with the account in its path
+        instead breaks ``alter.set_table_properties`` in deltalake 1.6.6 ("Invalid
+        table version")."""
         return {
             "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT,
             "AZURE_STORAGE_ACCOUNT_KEY": KEY,
-            "AZURE_STORAGE_ENDPOINT": self.endpoint,
-            "allow_http": "true",
+            "AZURE_STORAGE_USE_EMULATOR": "true",
             **extra,
         }
+
+    def environ(self) -> dict[str, str]:
+        """The environment variables delta-rs needs to find the emulator."""
+        return {"AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{self.port}"}
 
     def service(self) -> Any:
         """An ``azure.storage.blob.BlobServiceClient`` for the emulator."""
