@@ -885,6 +885,9 @@ class SinkContract:
         ]
         with pytest.raises(CommitError, match="ALTER TABLE"):
             harness.sink(spec).recover()
+        # a later version could not be published behind it: refused, naming it
+        with pytest.raises(SchemaMismatchError, match="Staged version 1 cannot be published"):
+            harness.sink(spec).pre_commit(harness.make_table(pending_rows(2)), 2)
         assert sink.status().pending_versions == [1]
         DeltaTable(harness.target).alter.add_columns(Field("extra", "long", nullable=True))
         assert harness.sink(spec).recover().committed_versions == [1]
