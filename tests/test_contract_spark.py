@@ -214,7 +214,7 @@ def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    for key, value in support.CHEAP_SPARK_CONF.items():  # no codegen, no C2 JIT, no AQE
+    for key, value in support.CHEAP_SPARK_CONF.items():  # no generated code, no AQE
         builder = builder.config(key, value)
     jars = delta_jars()
     if jars:
