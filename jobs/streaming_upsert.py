@@ -46,7 +46,7 @@ batch becomes the next version::
 
     rm -r /tmp/lake/_checkpoints
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6            # exit 3
-    python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6 --resume   # 2 files
+    python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6 --resume   # new file only
 
 Knobs to change when you copy it: ``--source``/``--target``/``--checkpoint`` (or just
 ``--lake``), ``--app-id`` (stable for the life of the target), ``SCHEMA`` and ``MERGE``

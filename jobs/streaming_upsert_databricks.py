@@ -49,8 +49,11 @@ deltasink's embedded engine writes the tables with delta-rs)::
     python jobs/streaming_upsert_databricks.py                  # demo, temp dir removed at exit
     python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 5
     rm -r /tmp/lake/_checkpoints            # a lost checkpoint: refused, exit 3
-    deltasink offsets /tmp/lake/silver/orders --app orders-stream
-    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --resume
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6
+    deltasink offsets /tmp/lake/silver/orders --app orders-stream --json   # files held
+    mkdir /tmp/lake/done && mv /tmp/lake/landing/orders/events-0000[0-4].json /tmp/lake/done/
+    rm -r /tmp/lake/_checkpoints            # the refused query planned from the old input
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 0 --resume
 
 Knobs to change when you copy it: ``--source``/``--source-format``, ``--target`` (a
 ``catalog.schema.table`` name or a path), ``--checkpoint``, ``--app-id``, ``SCHEMA`` and
