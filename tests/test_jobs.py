@@ -557,7 +557,7 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
     # (the first file again) is refused, nothing written; `deltasink offsets` lists the
     # files already committed; moved out of the landing path, --resume continues.
     shutil.rmtree(commits.parent)
-    landing = tmp_path / "landing" / "orders"
+    landing = tmp_path / "landing" / "orders_spark"  # the template's own default
     demo = [*args, "--demo-files", "4"]
     reset = run("streaming_upsert_databricks.py", *demo, timeout=JVM_TIMEOUT_S, **env)
     assert reset.returncode == 3, (reset.stdout, reset.stderr)
