@@ -237,15 +237,7 @@ class StagingLog:
                     dataset = ds.dataset(files, filesystem=filesystem, format="parquet")
                     data = dataset.to_table()
             except OSError as exc:
-                raise StorageError(
-                    f"the staged data of version {version} in {self.uri} cannot be read "
-                    f"({plain(exc)}): file not found or unreadable (removed by hand?). "
-                    f"Abort version {version} (`deltasink abort`) and let the source send "
-                    "it again.",
-                    table=self.uri,
-                    app_id=self.app_id,
-                    version=version,
-                ) from exc
+                raise self._unreadable(version, exc) from exc
             # Files the spark engine staged may carry the partition column too.
             if VERSION_COLUMN in data.column_names:
                 data = data.drop_columns([VERSION_COLUMN])
@@ -259,6 +251,18 @@ class StagingLog:
         # one read per version keeps each version's own schema.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as pool:
             return dict(zip(versions, pool.map(read, versions), strict=True))
+
+    def _unreadable(self, version: int, exc: OSError) -> StorageError:
+        """The error for a staged file of ``version`` that is gone or unreadable."""
+        return StorageError(
+            f"the staged data of version {version} in {self.uri} cannot be read "
+            f"({plain(exc)}): file not found or unreadable (removed by hand?). "
+            f"Abort version {version} (`deltasink abort`) and let the source send "
+            "it again.",
+            table=self.uri,
+            app_id=self.app_id,
+            version=version,
+        )
 
     def schemas(self, versions: Sequence[int], *, fresh: bool = True) -> dict[int, pa.Schema]:
         """The schema each of ``versions`` was staged with, from its first file's
@@ -285,15 +289,7 @@ class StagingLog:
                 with filesystem.open_input_file(first[version]) as source:
                     schema = pq.read_schema(source)
             except OSError as exc:
-                raise StorageError(
-                    f"the staged data of version {version} in {self.uri} cannot be read "
-                    f"({plain(exc)}): file not found or unreadable (removed by hand?). "
-                    f"Abort version {version} (`deltasink abort`) and let the source send "
-                    "it again.",
-                    table=self.uri,
-                    app_id=self.app_id,
-                    version=version,
-                ) from exc
+                raise self._unreadable(version, exc) from exc
             names = [n for n in schema.names if n != VERSION_COLUMN]
             found[version] = pa.schema([schema.field(n) for n in names])
         return found
