@@ -38,6 +38,7 @@ from deltasink._faults import POINTS
 from deltasink.cli import EXIT_CONFIG, EXIT_ERROR, EXIT_FENCED, app
 from deltasink.errors import ConfigurationError
 from tests.s3server import BUCKET, S3Server
+from tests.test_crash import DIRECT_POINTS  # the fault points a direct write crosses
 
 pytest.importorskip("moto", reason="the S3 tests need moto[server] (the dev extra)")
 
@@ -305,13 +306,6 @@ JOB = textwrap.dedent(
                 sink.commit(version)
     print("done")
     """
-)
-DIRECT_POINTS = (
-    "stage.before_write",
-    "commit.before_publish",
-    "publish.before_target_commit",
-    "publish.after_target_commit",
-    "commit.after_publish",
 )
 CRASHES = [("default", "staged", p) for p in POINTS] + [
     ("default", "direct", p) for p in DIRECT_POINTS
