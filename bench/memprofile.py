@@ -30,14 +30,14 @@ __all__ = ["main"]
 STEPS = (
     ("deltasink.backends.embedded.backend", "collect"),
     ("deltasink.backends.embedded.backend", "prepare"),
-    ("deltasink.backends.embedded.staging.writes", "StagingWriter.append"),
-    ("deltasink.backends.embedded.staging.log", "StagingLog.read"),
+    ("deltasink.backends.embedded.stage", "StagingWriter.append"),
+    ("deltasink.backends.deltalog.staging", "StagingLog.read"),
     ("deltasink.backends.embedded.backend", "coalesce"),
-    ("deltasink.backends.embedded.target", "TargetTable.apply"),
-    ("deltasink.backends.embedded.target", "align_to_target"),
+    ("deltasink.backends.embedded.publish", "TargetTable.apply"),
+    ("deltasink.backends.embedded.publish", "align_to_target"),
     ("deltalake.table", "TableMerger.execute"),
     ("deltalake.writer", "write_deltalake"),
-    ("deltasink.backends.embedded.staging.writes", "StagingWriter.drop"),
+    ("deltasink.backends.embedded.stage", "StagingWriter.drop"),
     ("pyspark.sql.connect.dataframe", "DataFrame.toArrow"),
 )
 

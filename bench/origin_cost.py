@@ -14,7 +14,7 @@ written in turn, one 10-row batch (half updates, half inserts) each, ``--writes`
 Prints one JSON line per side: median, p10 and p90 of the per-write seconds. Then one
 line ``parts``: the added work alone, timed over many repetitions (steadier than the
 difference of two noisy medians on a loaded machine): reading the query id and the
-batch's offsets from the checkpoint, mapping the batch (:func:`deltasink.origin.resolve`)
+batch's offsets from the checkpoint, mapping the batch (:func:`deltasink.ops.origin.resolve`)
 and encoding the origin for the commit.
 """
 
@@ -97,7 +97,7 @@ def main() -> None:
         if "stream" in sides:
             import timeit
 
-            from deltasink.origin import encode, resolve, stream_origin
+            from deltasink.ops.origin import encode, resolve, stream_origin
 
             seen = stream_origin(batch, 6, checkpoint=str(checkpoint))
 

@@ -65,7 +65,7 @@ def _stamp(config: Config, sizes: tuple[int, ...]) -> str:
     import deltalake
 
     import deltasink
-    from deltasink.layout import FORMAT
+    from deltasink.ops.layout import FORMAT
 
     text = json.dumps(
         {

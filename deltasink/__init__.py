@@ -15,8 +15,14 @@ from __future__ import annotations
 
 from deltasink import checks, hooks
 from deltasink._version import __version__
-from deltasink.backends.embedded.session import embedded_spark
-from deltasink.committables import CommitReport, CommitResult, Committable, GcResult, StagedVersion
+from deltasink.backends.embedded.sail import embedded_spark
+from deltasink.core.committables import (
+    CommitReport,
+    CommitResult,
+    Committable,
+    GcResult,
+    StagedVersion,
+)
 from deltasink.errors import (
     AlreadyCommittedError,
     CheckpointResetError,
@@ -43,11 +49,11 @@ from deltasink.errors import (
     UnverifiableChecksError,
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
-from deltasink.history import HistoryEntry
+from deltasink.ops.history import HistoryEntry
+from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.table import TableSpec
 from deltasink.sink import DeltaSink, SinkStatus
-from deltasink.spec import MergeSpec
 from deltasink.streaming import ForeachBatchWriter, foreach_batch_writer
-from deltasink.table import TableSpec
 
 __all__ = [
     "AlreadyCommittedError",

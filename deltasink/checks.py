@@ -29,7 +29,7 @@ A check that cannot work is a configuration error, never a quarantine
 * when it is made or the sink is built (:func:`validate`): a check that is not a
   callable of one argument (``checks=[1]``, ``checks=[checks.expect]``), a built-in
   with invalid arguments, a ``sql``/``expect`` text that does not parse as exactly
-  one query / one boolean expression (:mod:`deltasink.predicates`);
+  one query / one boolean expression (:mod:`deltasink.shapes.predicates`);
 * on the first batch, and again whenever the batch's schema changes
   (:func:`validate_on`): a built-in naming a column the batch does not have, a SQL
   check that does not analyse over the batch's columns (an unknown column, table or
@@ -59,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltasink.errors import ConfigurationError
-from deltasink.predicates import parse_query, render, render_query
+from deltasink.shapes.predicates import parse_query, render, render_query
 
 __all__ = [
     "Check",
@@ -308,7 +308,7 @@ def expect(predicate: str, *, label: str | None = None) -> sql:
 
     Raises:
         ConfigurationError: ``predicate`` is not exactly one boolean expression
-            (:mod:`deltasink.predicates`); it is re-emitted from its parse, never
+            (:mod:`deltasink.shapes.predicates`); it is re-emitted from its parse, never
             spliced as written.
     """
     text: object = predicate

@@ -167,7 +167,7 @@ class NotADeltaTableError(ConfigurationError):
 
 class TableDefinitionError(ConfigurationError):
     """The target's definition (partitioning, clustering, properties, comment)
-    contradicts the sink's :class:`~deltasink.table.TableSpec`, or the batch that would
+    contradicts the sink's :class:`~deltasink.shapes.table.TableSpec`, or the batch that would
     create the target lacks a column the spec names. Raised before anything is written."""
 
 

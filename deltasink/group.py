@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from deltasink.core.protocol import CommitReport, Committable, check_version
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.inputs import Batch
 from deltasink.locations import location_key
-from deltasink.protocol import CommitReport, Committable, check_version
 from deltasink.sink import DeltaSink, SinkStatus
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from deltasink.protocol import CommitReport
+from deltasink.core.protocol import CommitReport
 
 if TYPE_CHECKING:
     from deltasink.sink import DeltaSink

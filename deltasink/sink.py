@@ -14,14 +14,21 @@ from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
 from deltasink.checks import validate as validate_checks
-from deltasink.committables import GcResult
+from deltasink.core.committables import GcResult
+from deltasink.core.protocol import (
+    CommitReport,
+    Committable,
+    Progress,
+    Timeouts,
+    TwoPhaseCommit,
+)
 from deltasink.errors import ConfigurationError, InvalidInputError, QuarantinedError
 from deltasink.failures import storage_failure
-from deltasink.history import HistoryEntry, ledger_table
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
-from deltasink.origin import (
+from deltasink.ops.history import HistoryEntry, ledger_table
+from deltasink.ops.origin import (
     BatchOrigin,
     ResumePoint,
     batch_files,
@@ -31,17 +38,10 @@ from deltasink.origin import (
     resume_point,
     stream_origin,
 )
-from deltasink.protocol import (
-    CommitReport,
-    Committable,
-    Progress,
-    Timeouts,
-    TwoPhaseCommit,
-)
-from deltasink.spec import MergeSpec
-from deltasink.status import SinkStatus
+from deltasink.ops.status import SinkStatus
+from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.table import TableSpec
 from deltasink.stores import checked_options
-from deltasink.table import TableSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -163,7 +163,7 @@ class DeltaSink:
             ``deltasink.allow_unsafe_commits=true``): two writers may then both win one
             table version, which loses a batch or lets a fenced writer go on.
         table: How the target is created on the first publish (partitioning,
-            clustering, properties, comment; :class:`~deltasink.table.TableSpec`). An
+            clustering, properties, comment; :class:`~deltasink.shapes.table.TableSpec`). An
             existing target that contradicts it is refused with
             :class:`~deltasink.errors.TableDefinitionError` before anything is written.
         clock: Seconds since the epoch (default :func:`time.time`); for tests.
@@ -447,7 +447,7 @@ class DeltaSink:
         its report (Spark ignores it; a wrapping function can log it).
 
         A stream is an identity, not a counter: the target commit of each batch records
-        its *origin* (:mod:`deltasink.origin`): the query's stable id (the one in
+        its *origin* (:mod:`deltasink.ops.origin`): the query's stable id (the one in
         ``<checkpointLocation>/metadata``), the batch id and the source positions Spark
         wrote to ``<checkpointLocation>/offsets/<batch_id>``. The version is ``base +
         batch_id``, ``base`` being 0 unless the query resumed after another one.

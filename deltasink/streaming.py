@@ -18,7 +18,7 @@ once per process, and writes each micro-batch with :meth:`DeltaSink.foreach_batc
         .option("checkpointLocation", checkpoint).start())
 
 Each version's target commit records the query's identity, the batch id and the source
-positions (:mod:`deltasink.origin`). A micro-batch of another query than the one that
+positions (:mod:`deltasink.ops.origin`). A micro-batch of another query than the one that
 committed the current version (a deleted or changed checkpoint) is refused with
 :class:`~deltasink.errors.CheckpointResetError`, nothing written. To continue with a new
 checkpoint, start the new query from the positions ``deltasink offsets`` prints and pass
@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deltasink.committables import CommitReport
+from deltasink.core.committables import CommitReport
 from deltasink.errors import ConfigurationError
+from deltasink.shapes.spec import MergeSpec
 from deltasink.sink import DeltaSink
-from deltasink.spec import MergeSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

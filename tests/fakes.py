@@ -1,6 +1,6 @@
 """Engine-free participants for testing the two-phase-commit core.
 
-Two implementations of :class:`deltasink.protocol.Participant`:
+Two implementations of :class:`deltasink.core.protocol.Participant`:
 
 * :class:`InMemoryParticipant` keeps its durable state in a :class:`MemoryStore`
   (target rows upserted by ``id``, the committed marker, the staged versions). Give a
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from deltasink import _faults
+from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import InvalidInputError, KeyColumnError
-from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
 
 __all__ = [
     "DirectInMemoryParticipant",
@@ -177,7 +177,7 @@ class InMemoryParticipant:
 
 class DirectInMemoryParticipant(InMemoryParticipant):
     """:class:`InMemoryParticipant` that can also publish a batch unstaged
-    (:class:`~deltasink.participant.SupportsDirectPublish`).
+    (:class:`~deltasink.core.participant.SupportsDirectPublish`).
 
     Args:
         fail_stage: Versions whose ``stage_prepared`` raises :class:`OSError`.

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from deltasink.layout import VERSION_COLUMN
+from deltasink.ops.layout import VERSION_COLUMN
 
 
 def exists(uri: str) -> bool:

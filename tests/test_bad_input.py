@@ -22,9 +22,9 @@ from deltasink import (
     SchemaMismatchError,
     StagingOwnershipError,
 )
-from deltasink.guards import check_owner
-from deltasink.layout import PROP_APP, PROP_TARGET
+from deltasink.core.guards import check_owner
 from deltasink.locations import location_key, normalize_uri
+from deltasink.ops.layout import PROP_APP, PROP_TARGET
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])

@@ -30,7 +30,7 @@ from deltasink import (
     MergeSpec,
     SchemaMismatchError,
 )
-from deltasink.protocol import MAX_VERSION
+from deltasink.core.protocol import MAX_VERSION
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])

@@ -13,8 +13,8 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from deltasink import DeltaSink, InvalidVersionError, MergeSpec, __version__
-from deltasink.guards import PROP_APP, PROP_TARGET
-from deltasink.layout import PROP_SPEC
+from deltasink.core.guards import PROP_APP, PROP_TARGET
+from deltasink.ops.layout import PROP_SPEC
 from tests import support
 
 SCHEMA = "id long, value string, ts long"

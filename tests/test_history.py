@@ -1,4 +1,4 @@
-"""Commit timestamps in the commit ledger (:mod:`deltasink.history`): delta-rs gives
+"""Commit timestamps in the commit ledger (:mod:`deltasink.ops.history`): delta-rs gives
 epoch milliseconds; classic Spark's ``DESCRIBE HISTORY`` gives naive datetimes in the
 session's local time, which must not be read as UTC.
 """
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from deltasink.backends.spark.ledger import StagingLedger
-from deltasink.history import _timestamp, history_from_commits
+from deltasink.ops.history import _timestamp, history_from_commits
 
 NOON_UTC = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
 

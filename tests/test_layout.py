@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from deltasink.layout import PROP_QUARANTINE, Quarantine
+from deltasink.ops.layout import PROP_QUARANTINE, Quarantine
 
 
 def test_quarantine_records_round_trip_through_the_table_property() -> None:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deltasink import DeltaSink, MergeSpec
-from deltasink.backends.embedded.marker import MarkerRead, read_marker
+from deltasink.backends.deltalog.marker import MarkerRead, read_marker
 from tests import support
 from tests.test_optimizations import LogReads
 

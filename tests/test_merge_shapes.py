@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from deltasink import ConfigurationError, DeltaSink, MergeSpec
-from deltasink.merge import compile_merge
+from deltasink.shapes.merge import compile_merge
 from tests import support
 
 # -- update_columns / except_columns -------------------------------------------------------
@@ -260,7 +260,7 @@ def test_replace_specs_round_trip_and_are_not_coalesced() -> None:
 def test_replace_predicates_quote_values_for_each_engine() -> None:
     import datetime as dt
 
-    from deltasink.merge import replace_predicate
+    from deltasink.shapes.merge import replace_predicate
 
     spec = MergeSpec(mode="replace", replace_by=["d", "s"], replace_where="n > 1")
     values = pa.table({"d": [dt.date(2024, 1, 2)] * 2, "s": ["it's", "it's"], "n": [2, 3]})

@@ -5,7 +5,7 @@ Both sides start from the same state, written by the embedded backend, which als
 stages the later batches (the staging layout is shared). The Spark side then runs
 exactly the SQL :class:`~deltasink.backends.spark.SparkBackend` generates
 (``source_sql`` over the real staging table, ``merge_sql`` from the shared
-:class:`~deltasink.merge.MergePlan`, with the ``key_prune`` key-range predicate) on
+:class:`~deltasink.shapes.merge.MergePlan`, with the ``key_prune`` key-range predicate) on
 Sail, which executes ``MERGE INTO`` but does not write ``txn`` markers; the markers
 are covered by the Delta-enabled suite.
 """
@@ -264,7 +264,7 @@ def test_merge_sql_text() -> None:
 
 
 def test_target_predicate_joins_the_on_clause_before_the_key_range() -> None:
-    from deltasink.merge import compile_merge
+    from deltasink.shapes.merge import compile_merge
 
     spec = MergeSpec(keys=["id"], target_predicate="t.day >= '2026-01-01'")
     plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1")

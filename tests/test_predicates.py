@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from deltasink import ConfigurationError, DeltaSink, MergeSpec, checks
-from deltasink.merge import compile_merge, replace_predicate
-from deltasink.predicates import render, render_query
+from deltasink.shapes.merge import compile_merge, replace_predicate
+from deltasink.shapes.predicates import render, render_query
 
 #: Injection forms and other texts that are not exactly one boolean expression.
 REFUSED = {

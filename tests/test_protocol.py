@@ -20,15 +20,7 @@ import numpy as np
 import pytest
 
 from deltasink import _faults
-from deltasink.errors import (
-    AlreadyCommittedError,
-    CommitError,
-    ConfigurationError,
-    DeltaSinkError,
-    InvalidInputError,
-    InvalidVersionError,
-)
-from deltasink.protocol import (
+from deltasink.core.protocol import (
     MAX_VERSION,
     CommitReport,
     LogState,
@@ -36,6 +28,14 @@ from deltasink.protocol import (
     Timeouts,
     TwoPhaseCommit,
     check_version,
+)
+from deltasink.errors import (
+    AlreadyCommittedError,
+    CommitError,
+    ConfigurationError,
+    DeltaSinkError,
+    InvalidInputError,
+    InvalidVersionError,
 )
 from tests.fakes import (
     DirectInMemoryParticipant,

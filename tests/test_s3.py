@@ -445,7 +445,7 @@ def test_a_marker_read_follows_the_commits_after_the_last_one(s3: S3Server, uri:
     files; it must agree with delta-rs's full replay whatever the new commits hold."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    from deltasink.backends.embedded.deltalog import txn_version
+    from deltasink.backends.deltalog.tables import txn_version
 
     options = s3.storage_options()
 

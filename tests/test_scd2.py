@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deltasink import DeltaSink, MergeSpec
-from deltasink.batch import DELETE_COLUMN
 from deltasink.errors import ConfigurationError, SchemaMismatchError
-from deltasink.scd2 import changes
+from deltasink.input.batch import DELETE_COLUMN
+from deltasink.shapes.scd2 import changes
 from tests.oracle import Fold
 
 SPEC = MergeSpec(mode="scd2", keys=["k"], sequence_by="seq", delete_when="op = 'D'")

@@ -44,10 +44,10 @@ from deltasink.backends.spark.errors import is_conflict
 from deltasink.backends.spark.ledger import StagingLedger, new_commits
 from deltasink.backends.spark.tables import ddl_columns, ddl_type, table_ref
 from deltasink.backends.spark.validate import prepare_frame
-from deltasink.batch import collect, prepare
 from deltasink.cli import app
-from deltasink.layout import VERSION_COLUMN
-from deltasink.merge import key_ranges
+from deltasink.input.batch import collect, prepare
+from deltasink.ops.layout import VERSION_COLUMN
+from deltasink.shapes.merge import key_ranges
 from tests import support
 
 UPSERT = MergeSpec(keys=["id"])

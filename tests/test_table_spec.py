@@ -20,7 +20,7 @@ from deltasink import (
     TableSpec,
     UnsupportedTableFeatureError,
 )
-from deltasink.table import TableDefinition, check_definition
+from deltasink.shapes.table import TableDefinition, check_definition
 from tests import support
 
 

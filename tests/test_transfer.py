@@ -13,7 +13,7 @@ import pytest
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink.backends.embedded import transfer
-from deltasink.backends.embedded.session import serves
+from deltasink.backends.embedded.sail import serves
 from tests import support
 
 #: One column per type a batch may hold, each with a value and a null.

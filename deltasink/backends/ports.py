@@ -2,9 +2,9 @@
 ``Committer`` split: committing (the protocol's participant) and maintenance.
 
 * :class:`CommitPort`: stage, publish, drop and read state (the protocol core's
-  :class:`~deltasink.participant.Participant`), claim the writer role, and the two
+  :class:`~deltasink.core.participant.Participant`), claim the writer role, and the two
   facts ``status()`` reports beside the state. Engines add the optional capabilities
-  of :mod:`deltasink.participant` (coalescing, write-audit-publish).
+  of :mod:`deltasink.core.participant` (coalescing, write-audit-publish).
 * :class:`MaintenancePort`: what operators and post-commit hooks run beside the
   writer: history, gc, optimize. Never on the commit path.
 """
@@ -17,11 +17,11 @@ from datetime import timedelta
 from typing import Any, Literal, Protocol
 
 from deltasink.checks import Check
-from deltasink.committables import GcResult
-from deltasink.history import HistoryEntry
-from deltasink.participant import Participant, SupportsFencing
-from deltasink.spec import MergeSpec
-from deltasink.table import TableSpec
+from deltasink.core.committables import GcResult
+from deltasink.core.participant import Participant, SupportsFencing
+from deltasink.ops.history import HistoryEntry
+from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.table import TableSpec
 
 __all__ = ["CommitPort", "EngineParts", "MaintenancePort", "SinkConfig"]
 
@@ -36,7 +36,7 @@ class CommitPort(Participant[object], SupportsFencing, Protocol):
     #: stage commit may then carry the publish intent); ``None`` otherwise.
     write_through: int | None
     #: ``(version, encoded origin)`` while ``write()``/``foreach_batch`` runs with an
-    #: origin (:mod:`deltasink.origin`): the target commit whose marker is that version
+    #: origin (:mod:`deltasink.ops.origin`): the target commit whose marker is that version
     #: records it; ``None`` otherwise.
     origin: tuple[int, str] | None
 

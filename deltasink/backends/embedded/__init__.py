@@ -14,13 +14,13 @@ The modules, one concept each:
 
 from __future__ import annotations
 
+from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.backends.ports import EngineParts, SinkConfig
 
 from .backend import EmbeddedBackend
 from .maintenance import EmbeddedMaintenance
-from .session import embedded_spark, stop_embedded_spark
-from .staging import StagingLog
-from .target import TargetTable
+from .publish import TargetTable
+from .sail import embedded_spark, stop_embedded_spark
 
 __all__ = [
     "EmbeddedBackend",

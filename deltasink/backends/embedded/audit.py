@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from deltasink.batch import DELETE_COLUMN, spark_input
+from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import (
     Check,
     StagedBatch,
@@ -19,11 +19,10 @@ from deltasink.checks import (
     run_checks,
     validate_on,
 )
+from deltasink.core.protocol import StagedVersion
 from deltasink.errors import UnverifiableChecksError
-from deltasink.history import HistoryEntry, previous_rows
-from deltasink.protocol import StagedVersion
-
-from .staging import StagingLog
+from deltasink.input.batch import DELETE_COLUMN, spark_input
+from deltasink.ops.history import HistoryEntry, previous_rows
 
 __all__ = ["Auditor"]
 
@@ -85,7 +84,7 @@ class Auditor:
         def frame() -> Any:
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            from .session import embedded_spark
+            from .sail import embedded_spark
 
             return embedded_spark().createDataFrame([], schema=from_arrow_schema(schema))
 
@@ -146,7 +145,7 @@ class Auditor:
             )
 
         def dataframe() -> Any:
-            from .session import embedded_spark
+            from .sail import embedded_spark
 
             return embedded_spark().createDataFrame(spark_input(arrow()))
 

@@ -16,23 +16,25 @@ from typing import Literal
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import collect, prepare
+from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
-from deltasink.coalesce import coalesce
-from deltasink.direct import record_mark_softly
+from deltasink.core.coalesce import coalesce
+from deltasink.core.direct import record_mark_softly
+from deltasink.core.guards import MarkGuard, refuse_spec_change
+from deltasink.core.participant import DiscardReason
+from deltasink.core.pending import pending_context, schema_after
+from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
-from deltasink.guards import MarkGuard, refuse_spec_change
-from deltasink.origin import ORIGIN_KEY
-from deltasink.participant import DiscardReason
-from deltasink.pending import pending_context, schema_after
-from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
-from deltasink.spec import MergeSpec
+from deltasink.input.batch import collect, prepare
+from deltasink.ops.origin import ORIGIN_KEY
+from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
 from .cache import StagedCache
+from .fencing import Epochs
 from .maintenance import target_history
-from .staging import Epochs, StagingLog, StagingWriter
-from .target import TargetTable
+from .publish import TargetTable
+from .stage import StagingWriter
 from .transfer import engine_arrow
 
 __all__ = ["EmbeddedBackend"]
@@ -42,7 +44,7 @@ logger = logging.getLogger("deltasink")
 
 class EmbeddedBackend:
     """The embedded engine's :class:`~deltasink.backends.ports.CommitPort`: a
-    :class:`~deltasink.participant.Participant` over delta-rs, with fencing,
+    :class:`~deltasink.core.participant.Participant` over delta-rs, with fencing,
     coalescing and write-audit-publish.
 
     Fencing: the first write of a backend object claims a new epoch in the staging

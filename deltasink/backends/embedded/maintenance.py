@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from deltasink.committables import GcResult
-from deltasink.history import HistoryEntry, count_since_optimize, history_from_commits
+from deltasink.backends.deltalog.staging import StagingLog
+from deltasink.core.committables import GcResult
+from deltasink.ops.history import HistoryEntry, count_since_optimize, history_from_commits
 
-from .staging import StagingGc, StagingLog
-from .target import TargetTable
+from .gc import StagingGc
+from .publish import TargetTable
 
 __all__ = ["EmbeddedMaintenance", "target_history"]
 

@@ -1,5 +1,5 @@
 """``MergeSpec(mode="scd2")`` on delta-rs: read the history of the batch's keys, rebuild
-it with :func:`deltasink.scd2.changes`, MERGE the differences on ``(keys, valid_from)``
+it with :func:`deltasink.shapes.scd2.changes`, MERGE the differences on ``(keys, valid_from)``
 with the ``txn`` marker in that commit."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, QueryBuilder
 
-from deltasink.batch import DELETE_COLUMN
-from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges
-from deltasink.scd2 import changes
-from deltasink.schema import align_to_target
-from deltasink.spec import MergeSpec
+from deltasink.backends.deltalog.tables import arrow_schema, post_commit_hooks
+from deltasink.input.batch import DELETE_COLUMN
+from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges
+from deltasink.shapes.scd2 import changes
+from deltasink.shapes.schema import align_to_target
+from deltasink.shapes.spec import MergeSpec
 
-from .deltalog import arrow_schema, post_commit_hooks
-from .pruning import STREAM_ABOVE_ROWS
+from .prune import STREAM_ABOVE_ROWS
 
 __all__ = ["created_rows", "merge_history"]
 

@@ -12,7 +12,7 @@ switch engines on the same tables; see ``docs/spark-backend.md``):
   Delta writer writes none for a partitioned table) but still makes that commit,
   tagged ``stage-empty``; the staging table's history is how such a version is found.
 * **publish**: the staged rows are MERGEd into the target by ``MERGE INTO`` compiled
-  from the same :class:`~deltasink.merge.MergePlan` as the embedded engine's, with the
+  from the same :class:`~deltasink.shapes.merge.MergePlan` as the embedded engine's, with the
   SQL confs ``spark.databricks.delta.write.txnAppId``/``.txnVersion`` (and
   ``commitInfo.userMetadata``) set around that one statement and restored afterwards
   (:mod:`~deltasink.backends.spark.conf`): the data change and ``txn(app_id, version)`` are one

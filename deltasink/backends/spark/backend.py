@@ -14,18 +14,18 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import spark_arrow, spark_empty
 from deltasink.checks import Check, StagedBatch, needs_validation, run_checks, validate_on
-from deltasink.direct import record_mark_softly
+from deltasink.core.direct import record_mark_softly
+from deltasink.core.guards import refuse_spec_change
+from deltasink.core.participant import DiscardReason
+from deltasink.core.pending import pending_context, schema_after
+from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
-from deltasink.guards import refuse_spec_change
-from deltasink.history import history_from_commits, previous_rows, user_metadata
-from deltasink.layout import PROP_SPEC
-from deltasink.participant import DiscardReason
-from deltasink.pending import pending_context, schema_after
-from deltasink.protocol import CommitResult, LogState, Prepared, StagedVersion
-from deltasink.spec import MergeSpec
-from deltasink.table import TableSpec
+from deltasink.input.batch import spark_arrow, spark_empty
+from deltasink.ops.history import history_from_commits, previous_rows, user_metadata
+from deltasink.ops.layout import PROP_SPEC
+from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.table import TableSpec
 
 from .fencing import Fence
 from .logs import LogReader, SparkLogs
@@ -47,7 +47,7 @@ __all__ = ["SparkBackend"]
 
 
 class SparkBackend:
-    """:class:`~deltasink.protocol.Participant` whose Delta commits are made by Spark
+    """:class:`~deltasink.core.protocol.Participant` whose Delta commits are made by Spark
     (with fencing, coalescing, write-audit-publish and direct publish).
 
     Every method may be called again after a crash: state is read back from the two
@@ -69,7 +69,7 @@ class SparkBackend:
             (default, :attr:`default_log_reader`): delta-rs for local paths (except
             on Databricks, where a bare path means DBFS) and for remote paths when
             ``storage_options`` are given, Spark otherwise.
-        table: The target's definition (:class:`~deltasink.table.TableSpec`).
+        table: The target's definition (:class:`~deltasink.shapes.table.TableSpec`).
     """
 
     name = "spark"
@@ -251,7 +251,7 @@ class SparkBackend:
         """The schema the target will have when ``version`` is published, when versions
         are pending before it (on the state read last; the caller, the core, has just
         read it); ``None``: none are, the target's own schema applies. Accepted means
-        publishable (:mod:`deltasink.pending`).
+        publishable (:mod:`deltasink.core.pending`).
 
         Raises:
             SchemaMismatchError: A pending version before it does not fit (stuck).
@@ -272,7 +272,7 @@ class SparkBackend:
     def _schema_after(
         self, versions: Sequence[int], staging: Any, target: Any | None
     ) -> pa.Schema | None:
-        """:func:`~deltasink.pending.schema_after` (checking each version) for staged
+        """:func:`~deltasink.core.pending.schema_after` (checking each version) for staged
         ``versions``, from the staging table's schema and each version's columns."""
         arrow = spark_empty(staging).schema
         # (a column of an empty version may be absent: Spark wrote no file for it)

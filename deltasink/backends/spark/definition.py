@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from deltasink.batch import quote
-from deltasink.history import user_metadata
-from deltasink.table import TableDefinition, TableSpec
+from deltasink.input.batch import quote
+from deltasink.ops.history import user_metadata
+from deltasink.shapes.table import TableDefinition, TableSpec
 
 from .session import SparkSql
 from .tables import Tables, ddl_columns, props_sql, sql_string

@@ -10,8 +10,8 @@ import logging
 import uuid
 
 from deltasink.errors import CommitError, FencedError
-from deltasink.history import user_metadata
-from deltasink.layout import PROP_EPOCH
+from deltasink.ops.history import user_metadata
+from deltasink.ops.layout import PROP_EPOCH
 from deltasink.retry import retry
 
 from .errors import is_conflict

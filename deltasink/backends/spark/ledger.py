@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from deltasink.history import _timestamp as commit_time
+from deltasink.ops.history import _timestamp as commit_time
 
 __all__ = ["LEDGER_SUFFIX", "StagingLedger", "new_commits"]
 
@@ -49,7 +49,7 @@ class StagingLedger:
             discarded since, with their staging time.
         columns: The data columns each version was staged with.
         origins: The encoded origin each version was staged with, when it had one
-            (:mod:`deltasink.origin`), for its publish by ``recover()``.
+            (:mod:`deltasink.ops.origin`), for its publish by ``recover()``.
         mark: The highest version a ``discard-committed`` (or, after a direct publish,
             ``committed``) commit recorded as committed.
         through: The newest staging table version applied.

@@ -13,16 +13,16 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from deltasink.backends.embedded.staging import StagingLog
-from deltasink.backends.embedded.target import TargetTable
-from deltasink.batch import DELETE_COLUMN, quote
+from deltasink.backends.deltalog.staging import StagingLog
+from deltasink.backends.embedded.publish import TargetTable
+from deltasink.core.guards import MarkGuard, check_owner
+from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
-from deltasink.guards import MarkGuard, check_owner
-from deltasink.history import history_from_commits
-from deltasink.layout import PROP_SPEC, VERSION_COLUMN, Quarantine
+from deltasink.input.batch import DELETE_COLUMN, quote
 from deltasink.locations import is_local
-from deltasink.protocol import LogState, StagedVersion
-from deltasink.spec import MergeSpec
+from deltasink.ops.history import history_from_commits
+from deltasink.ops.layout import PROP_SPEC, VERSION_COLUMN, Quarantine
+from deltasink.shapes.spec import MergeSpec
 
 from .errors import is_missing
 from .ledger import StagingLedger, new_commits
@@ -105,7 +105,7 @@ class SparkLogs:
 
     def check_publish(self, version: int) -> None:
         """Refuse ``version`` if the last state read showed the target's marker lost
-        (:meth:`deltasink.guards.MarkGuard.check_publish`)."""
+        (:meth:`deltasink.core.guards.MarkGuard.check_publish`)."""
         self._guard.check_publish(version)
 
     # -- the staging table -------------------------------------------------------------

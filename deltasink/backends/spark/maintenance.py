@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from deltasink.batch import quote
-from deltasink.committables import GcResult
-from deltasink.history import (
+from deltasink.core.committables import GcResult
+from deltasink.input.batch import quote
+from deltasink.ops.history import (
     HistoryEntry,
     count_since_optimize,
     history_from_commits,

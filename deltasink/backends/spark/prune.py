@@ -1,4 +1,4 @@
-"""The key-range predicate of the Spark MERGE (:func:`~deltasink.merge.key_ranges`, the
+"""The key-range predicate of the Spark MERGE (:func:`~deltasink.shapes.merge.key_ranges`, the
 embedded engine's): each integer or date key bounded to the batch's ``[min, max]``, so
 Delta skips target files whose key statistics cannot match. The bounds come from an
 aggregation the caller already runs (:func:`bound_exprs`), read by
@@ -12,13 +12,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltasink.batch import quote
-from deltasink.merge import key_ranges
+from deltasink.input.batch import quote
+from deltasink.shapes.merge import key_ranges
 
 __all__ = ["bound_exprs", "predicate_from_bounds", "prunable_keys"]
 
 #: Key types pruned by range: their bounds are literals that read the same in Spark SQL
-#: as in :func:`~deltasink.merge.key_ranges` (whose string literals are DataFusion's, and
+#: as in :func:`~deltasink.shapes.merge.key_ranges` (whose string literals are DataFusion's, and
 #: a string column's order may follow a collation).
 _PRUNABLE = ("byte", "short", "integer", "long", "date")
 

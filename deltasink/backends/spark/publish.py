@@ -1,6 +1,6 @@
 """Publishing on Spark: the staged rows of one or more versions as one query
 (:func:`source_sql`), the ``MERGE INTO`` compiled from the embedded engine's
-:class:`~deltasink.merge.MergePlan` (:func:`merge_sql`), and :class:`TargetWriter`,
+:class:`~deltasink.shapes.merge.MergePlan` (:func:`merge_sql`), and :class:`TargetWriter`,
 which commits them to the target in ONE commit carrying ``txn(app_id, version)``: the
 SQL confs set around the MERGE, or the DataFrameWriter options for an append.
 """
@@ -17,15 +17,15 @@ from typing import Any
 import pyarrow as pa
 
 from deltasink import _faults
-from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
+from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError
-from deltasink.history import history_from_commits, user_metadata
-from deltasink.layout import VERSION_COLUMN
-from deltasink.merge import compile_merge, replace_predicate
-from deltasink.protocol import CommitResult
+from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
+from deltasink.ops.history import history_from_commits, user_metadata
+from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
-from deltasink.spec import MergeSpec
-from deltasink.table import TableSpec, check_definition
+from deltasink.shapes.merge import compile_merge, replace_predicate
+from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.table import TableSpec, check_definition
 
 from .conf import delta_txn
 from .definition import create_target, read_definition
@@ -58,7 +58,7 @@ def source_sql(
     staging_ref: str, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec
 ) -> str:
     """The staged rows of ``versions`` as one query; several versions are coalesced
-    as :func:`deltasink.batch.coalesce` does (upsert: the latest row per key, by
+    as :func:`deltasink.input.batch.coalesce` does (upsert: the latest row per key, by
     ``sequence_by`` then version; insert: the earliest version's row; upsert with
     ``sequence_by`` and deletes: the fold's row and its guard, see :func:`guarded`)."""
     cols = [quote(c) for c in columns]
@@ -85,7 +85,7 @@ def source_sql(
 
 
 def _folded_sql(staging_ref: str, where: str, cols: Sequence[str], partition: str, seq: str) -> str:
-    """:func:`deltasink.batch.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
+    """:func:`deltasink.input.batch.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
     the *records* of a key are its rows whose sequence is above every later version's;
     the row kept is the first record that is not a delete (else the first record), and
     the guard is the key's highest sequence."""
@@ -121,7 +121,7 @@ def merge_sql(
     empty_as_null: Sequence[str] = (),
 ) -> str:
     """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
-    :class:`~deltasink.merge.MergePlan` the embedded engine runs; ``prune`` (see
+    :class:`~deltasink.shapes.merge.MergePlan` the embedded engine runs; ``prune`` (see
     :func:`key_prune`) is added to its join condition; ``has_guard``: the source
     carries the sequence guard (:func:`guarded`); ``empty_as_null``: see
     :func:`string_partitions`."""
@@ -155,7 +155,7 @@ def string_partitions(sql: SparkSql, ref: str, columns: Sequence[str], target: A
 def key_prune(
     spark: Any, staging_ref: str, versions: Sequence[int], keys: Sequence[str], target: Any
 ) -> str | None:
-    """The embedded engine's key-range predicate (:func:`~deltasink.merge.key_ranges`)
+    """The embedded engine's key-range predicate (:func:`~deltasink.shapes.merge.key_ranges`)
     for the staged rows of ``versions``, so the MERGE skips target files whose key
     statistics cannot match: the bounds come from ONE aggregation over the staged
     partitions. Only integer and date keys (in the target and the staging table).

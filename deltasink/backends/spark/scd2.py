@@ -1,5 +1,5 @@
 """``MergeSpec(mode="scd2")`` on Spark: the history of the staged versions' keys is read
-from the target, rebuilt by the engine-free :func:`deltasink.scd2.changes` (the same
+from the target, rebuilt by the engine-free :func:`deltasink.shapes.scd2.changes` (the same
 code as the embedded engine, so both engines write the same rows), and the differences
 are MERGEd on ``(keys, valid_from)``.
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deltasink.batch import DELETE_COLUMN, quote, spark_arrow, spark_input
-from deltasink.merge import compile_merge
-from deltasink.scd2 import changes
-from deltasink.spec import MergeSpec
+from deltasink.input.batch import DELETE_COLUMN, quote, spark_arrow, spark_input
+from deltasink.shapes.merge import compile_merge
+from deltasink.shapes.scd2 import changes
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["history_changes", "history_merge_sql"]
 
@@ -23,7 +23,7 @@ __all__ = ["history_changes", "history_merge_sql"]
 def history_changes(
     spark: Any, source: str, target: Any | None, spec: MergeSpec, blank: Sequence[str] = ()
 ) -> Any:
-    """The rows to MERGE (see :func:`deltasink.scd2.changes`) as a Spark DataFrame.
+    """The rows to MERGE (see :func:`deltasink.shapes.scd2.changes`) as a Spark DataFrame.
 
     Args:
         spark: The session.

@@ -11,8 +11,8 @@ from typing import Any
 
 from deltasink.backends import require_delta
 from deltasink.errors import ConfigurationError
-from deltasink.history import user_metadata
 from deltasink.locations import is_catalog_name
+from deltasink.ops.history import user_metadata
 
 from .conf import TXN_APP_ID, TXN_VERSION, USER_METADATA, session_conf
 from .errors import is_missing

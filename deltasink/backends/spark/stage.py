@@ -12,11 +12,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from deltasink import _faults
-from deltasink.backends.embedded.deltalog import commit_properties
-from deltasink.backends.embedded.staging.writes import log_commit
-from deltasink.batch import quote
-from deltasink.history import user_metadata
-from deltasink.layout import (
+from deltasink.backends.deltalog.tables import commit_properties
+from deltasink.backends.embedded.stage import log_commit
+from deltasink.core.protocol import DiscardReason, StagedVersion
+from deltasink.input.batch import quote
+from deltasink.ops.history import user_metadata
+from deltasink.ops.layout import (
     COMMITTED_SUFFIX,
     FORMAT,
     PROP_APP,
@@ -27,8 +28,7 @@ from deltasink.layout import (
     VERSION_COLUMN,
     Quarantine,
 )
-from deltasink.protocol import DiscardReason, StagedVersion
-from deltasink.spec import MergeSpec
+from deltasink.shapes.spec import MergeSpec
 
 from .errors import is_conflict
 from .fencing import Fence
@@ -95,7 +95,7 @@ class StagingWriter:
         """Stage ``prepared`` as ``version`` in one commit (``operation="restage"``:
         replacing its partition with ``replaceWhere``). New columns are added to the
         staging table first; columns the batch lacks are staged as NULL. ``origin``
-        (encoded, :mod:`deltasink.origin`) is kept at the end of the commit's
+        (encoded, :mod:`deltasink.ops.origin`) is kept at the end of the commit's
         ``userMetadata`` for a later publish of the version.
 
         Raises:

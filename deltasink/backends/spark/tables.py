@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deltasink.batch import quote
 from deltasink.errors import ConfigurationError
+from deltasink.input.batch import quote
 from deltasink.locations import is_catalog_name
 
 __all__ = [

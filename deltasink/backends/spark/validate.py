@@ -1,5 +1,5 @@
 """Validating a batch on Spark before anything is staged: the embedded engine's checks
-and named errors (:func:`deltasink.batch.prepare`), with the row-level ones run as one
+and named errors (:func:`deltasink.input.batch.prepare`), with the row-level ones run as one
 Spark aggregation, so no row reaches the driver.
 """
 
@@ -11,7 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltasink.batch import (
+from deltasink.errors import (
+    DuplicateKeyError,
+    InvalidInputError,
+    KeyColumnError,
+    SchemaMismatchError,
+)
+from deltasink.input.batch import (
     DELETE_COLUMN,
     SCD2_DUPLICATES,
     check_required,
@@ -26,13 +32,7 @@ from deltasink.batch import (
     spark_empty,
     spark_input,
 )
-from deltasink.errors import (
-    DuplicateKeyError,
-    InvalidInputError,
-    KeyColumnError,
-    SchemaMismatchError,
-)
-from deltasink.spec import MergeSpec
+from deltasink.shapes.spec import MergeSpec
 
 from .prune import bound_exprs, predicate_from_bounds, prunable_keys
 from .session import SparkSql
@@ -73,10 +73,10 @@ class PreparedFrame:
 @dataclass(frozen=True)
 class Expected:
     """The schema a batch must fit when versions are pending before it: the target's
-    once they are published (:func:`deltasink.pending.schema_after`).
+    once they are published (:func:`deltasink.core.pending.schema_after`).
 
     Attributes:
-        schema: That schema, in Arrow (the check :func:`~deltasink.batch.prepare` makes).
+        schema: That schema, in Arrow (the check :func:`~deltasink.input.batch.prepare` makes).
         types: The Spark types its columns are stored as (the target's, else the
             staging table's), which the batch's columns are cast to.
         pending: The versions pending before the batch.
@@ -121,7 +121,7 @@ def prepare_frame(
     table: str,
     expected: Expected | None = None,
 ) -> PreparedFrame:
-    """Validate a Spark DataFrame as :func:`deltasink.batch.prepare` validates Arrow, on
+    """Validate a Spark DataFrame as :func:`deltasink.input.batch.prepare` validates Arrow, on
     Spark, raising the same named errors, in the same order, with the same messages.
 
     Schema checks run on a zero-row Arrow form of the batch (the embedded engine's own
@@ -139,7 +139,7 @@ def prepare_frame(
             (the batch is checked against it instead of the target's).
 
     Raises:
-        InvalidInputError: As :func:`~deltasink.batch.prepare`, plus a bad
+        InvalidInputError: As :func:`~deltasink.input.batch.prepare`, plus a bad
             ``delete_when``.
     """
     zero = collect_empty(df, spec)  # names; delete_when analysed by the df's session
@@ -249,7 +249,7 @@ def _bounded_keys(spec: MergeSpec, target: Any | None, frame: Any) -> list[str]:
 
 
 def _normalise_keys(frame: Any, keys: Sequence[str]) -> tuple[Any, list[str]]:
-    """:func:`deltasink.batch.normalise_keys` in the plan: each float key's -0.0
+    """:func:`deltasink.input.batch.normalise_keys` in the plan: each float key's -0.0
     becomes 0.0 (its type kept), so the duplicate check, the staged rows and every
     later MERGE see one key. Returns the frame and its float keys (whose NaN values
     :func:`_batch_stats` counts)."""

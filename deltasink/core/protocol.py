@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from deltasink import _faults
-from deltasink.committables import (
+from deltasink.core.committables import (
     MAX_VERSION,
     CommitReport,
     CommitResult,
@@ -39,16 +39,9 @@ from deltasink.committables import (
     StagedVersion,
     check_version,
 )
-from deltasink.direct import audit_passes, landed_despite, publish_directly
-from deltasink.errors import (
-    AlreadyCommittedError,
-    CommitError,
-    DeltaSinkError,
-    FencedError,
-    InvalidVersionError,
-)
-from deltasink.gate import audit_group
-from deltasink.participant import (
+from deltasink.core.direct import audit_passes, landed_despite, publish_directly
+from deltasink.core.gate import audit_group
+from deltasink.core.participant import (
     DiscardReason,
     Participant,
     SupportsCoalescing,
@@ -56,7 +49,14 @@ from deltasink.participant import (
     SupportsFencing,
     SupportsQuarantine,
 )
-from deltasink.timeouts import Timeouts
+from deltasink.core.timeouts import Timeouts
+from deltasink.errors import (
+    AlreadyCommittedError,
+    CommitError,
+    DeltaSinkError,
+    FencedError,
+    InvalidVersionError,
+)
 
 __all__ = [
     "MAX_VERSION",
@@ -205,7 +205,7 @@ class TwoPhaseCommit(Generic[B]):
 
         ``version_of``: called with the committed version (from that same read) before
         anything else, returns the version to write instead of ``version`` (a stream's
-        batch id mapped by its recorded origin, :func:`deltasink.origin.resolve`); it
+        batch id mapped by its recorded origin, :func:`deltasink.ops.origin.resolve`); it
         may raise to refuse the batch, nothing written.
 
         With nothing staged and a participant that :class:`SupportsDirectPublish`, the

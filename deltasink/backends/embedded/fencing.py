@@ -13,9 +13,11 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
-from deltasink.backends.embedded.deltalog import commit_properties, plain, post_commit_hooks
+from deltasink.backends.deltalog.staging import StagingLog, epoch_of
+from deltasink.backends.deltalog.tables import commit_properties, plain, post_commit_hooks
 from deltasink.errors import CommitError, FencedError, StorageError
-from deltasink.layout import (
+from deltasink.locations import is_local
+from deltasink.ops.layout import (
     FORMAT,
     PROP_APP,
     PROP_EPOCH,
@@ -24,11 +26,8 @@ from deltasink.layout import (
     PROP_TARGET,
     VERSION_COLUMN,
 )
-from deltasink.locations import is_local
 from deltasink.retry import retry
-from deltasink.spec import MergeSpec
-
-from .log import StagingLog, epoch_of
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["LOG_SETTINGS", "Epochs"]
 

@@ -15,9 +15,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from deltasink import _faults
-from deltasink.committables import CommitReport, CommitResult, LogState, Prepared, StagedVersion
+from deltasink.core.committables import (
+    CommitReport,
+    CommitResult,
+    LogState,
+    Prepared,
+    StagedVersion,
+)
+from deltasink.core.participant import SupportsDirectPublish
 from deltasink.errors import CommitError, DeltaSinkError, FencedError, UnverifiableChecksError
-from deltasink.participant import SupportsDirectPublish
 
 __all__ = ["audit_passes", "landed_despite", "publish_directly", "record_mark_softly"]
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .deltalog import commit_file
+from .tables import commit_file
 
 __all__ = ["MarkerRead", "read_marker"]
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from deltasink.committables import StagedVersion
+from deltasink.core.committables import StagedVersion
 from deltasink.errors import ConfigurationError
 from deltasink.locations import STAGING_SUFFIX, is_local, normalize_uri
-from deltasink.origin import BatchOrigin
-from deltasink.spec import MergeSpec
+from deltasink.ops.origin import BatchOrigin
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["SinkStatus", "json_spec", "require_writer", "writers_of"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from deltasink.committables import CommitReport
-from deltasink.status import SinkStatus
+from deltasink.core.committables import CommitReport
+from deltasink.ops.status import SinkStatus
 
 __all__ = ["age", "pending_table", "report_dict", "report_table", "status_table"]
 

@@ -27,7 +27,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from deltasink.cli_output import pending_table, report_dict, report_table, status_table
+from deltasink.cli.output import pending_table, report_dict, report_table, status_table
+from deltasink.core.protocol import CommitReport
 from deltasink.errors import (
     AlreadyCommittedError,
     CommitError,
@@ -39,10 +40,9 @@ from deltasink.errors import (
     UnverifiableChecksError,
 )
 from deltasink.locations import is_catalog_name
-from deltasink.origin import BatchOrigin
-from deltasink.protocol import CommitReport
+from deltasink.ops.origin import BatchOrigin
+from deltasink.ops.status import require_writer, writers_of
 from deltasink.sink import DeltaSink
-from deltasink.status import require_writer, writers_of
 
 __all__ = ["app", "main"]
 

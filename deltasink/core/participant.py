@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from deltasink.committables import CommitResult, LogState, Prepared, StagedVersion
+from deltasink.core.committables import CommitResult, LogState, Prepared, StagedVersion
 
 __all__ = [
     "DiscardReason",
@@ -106,8 +106,8 @@ class SupportsCoalescing(Protocol):
     """
 
     def can_coalesce(self) -> bool:
-        """Whether the staged versions' :class:`~deltasink.spec.MergeSpec` allows one
-        commit for several of them (:attr:`~deltasink.spec.MergeSpec.coalescable`);
+        """Whether the staged versions' :class:`~deltasink.shapes.spec.MergeSpec` allows one
+        commit for several of them (:attr:`~deltasink.shapes.spec.MergeSpec.coalescable`);
         when not, the core publishes them one by one."""
         ...
 

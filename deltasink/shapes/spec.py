@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
-from deltasink.predicates import Dialect, parse_predicate, render
+from deltasink.shapes.predicates import Dialect, parse_predicate, render
 
 __all__ = ["PREDICATES", "MergeMode", "MergeSpec", "NotMatchedBySource", "PredicateField"]
 
@@ -20,7 +20,7 @@ NotMatchedBySource = Literal["ignore", "delete"]
 DEFAULT_HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
 
 #: The fields holding SQL predicates the user writes (each parsed as exactly one
-#: boolean expression when the spec is built: :mod:`deltasink.predicates`).
+#: boolean expression when the spec is built: :mod:`deltasink.shapes.predicates`).
 PredicateField = Literal[
     "delete_when", "replace_where", "target_predicate", "not_matched_by_source_condition"
 ]
@@ -129,7 +129,7 @@ class MergeSpec:
 
     Every predicate (``delete_when``, ``replace_where``, ``target_predicate``,
     ``not_matched_by_source_condition``) is Spark SQL, parsed when the spec is built as
-    exactly one row-level boolean expression (:mod:`deltasink.predicates`): no second
+    exactly one row-level boolean expression (:mod:`deltasink.shapes.predicates`): no second
     expression or statement, no unbalanced parenthesis, no subquery, aggregate or
     window. The engines are given the parsed expression re-emitted, never the text.
 
@@ -230,7 +230,7 @@ class MergeSpec:
 
     def predicate(self, name: PredicateField, dialect: Dialect) -> str | None:
         """The predicate field ``name`` as the SQL given to ``dialect``'s parser: its
-        parse re-emitted (:func:`deltasink.predicates.render`), never the text as
+        parse re-emitted (:func:`deltasink.shapes.predicates.render`), never the text as
         written; ``None`` when unset."""
         text: str | None = getattr(self, name)
         return None if text is None else render(text, dialect, f"MergeSpec.{name}")

@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
-from deltasink.backends.embedded.deltalog import commit_file, plain, refresh, txn_version
+from deltasink.core.guards import check_owner
+from deltasink.core.protocol import StagedVersion
 from deltasink.errors import StorageError
-from deltasink.guards import check_owner
-from deltasink.layout import (
+from deltasink.locations import is_local
+from deltasink.ops.layout import (
     COMMITTED_SUFFIX,
     INTENT_SUFFIX,
     PROP_CHECKS,
@@ -31,10 +32,10 @@ from deltasink.layout import (
     VERSION_COLUMN,
     Quarantine,
 )
-from deltasink.locations import is_local
-from deltasink.origin import ORIGIN_KEY
-from deltasink.protocol import StagedVersion
-from deltasink.spec import MergeSpec
+from deltasink.ops.origin import ORIGIN_KEY
+from deltasink.shapes.spec import MergeSpec
+
+from .tables import commit_file, plain, refresh, txn_version
 
 __all__ = ["StagingLog", "StagingSnapshot"]
 

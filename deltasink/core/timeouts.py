@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from deltasink.committables import StagedVersion
+from deltasink.core.committables import StagedVersion
 from deltasink.errors import ConfigurationError
 
 __all__ = ["Timeouts"]

@@ -23,8 +23,8 @@ from deltasink.errors import (
     KeyColumnError,
     SchemaMismatchError,
 )
-from deltasink.schema import align_to_target, to_delta_types
-from deltasink.spec import RESERVED_PREFIX, MergeSpec
+from deltasink.shapes.schema import align_to_target, to_delta_types
+from deltasink.shapes.spec import RESERVED_PREFIX, MergeSpec
 
 __all__ = [
     "DELETE_COLUMN",
@@ -52,7 +52,7 @@ __all__ = [
 #: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
 DELETE_COLUMN = "_deltasink_delete"
 #: Coalesced batches only: the sequence value a target row is compared with (see
-#: :func:`deltasink.coalesce.coalesce`); never written to a table.
+#: :func:`deltasink.core.coalesce.coalesce`); never written to a table.
 GUARD_COLUMN = "_deltasink_sequence_guard"
 _ROW = "_deltasink_row"
 #: The advice of an ``scd2`` batch's :class:`DuplicateKeyError`.
@@ -324,7 +324,7 @@ def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) ->
 
 def _arrow_frame(data: pa.Table) -> Any:
     """``data`` as a DataFrame of the embedded engine (Spark SQL over Arrow rows)."""
-    from deltasink.backends.embedded.session import embedded_spark
+    from deltasink.backends.embedded.sail import embedded_spark
 
     spark = embedded_spark()
     if data.num_rows == 0:  # Spark cannot infer a schema from no rows: give it one
@@ -340,7 +340,7 @@ def _flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
     Only the flag comes back from Spark (matched by row number): the rows themselves stay
     the caller's Arrow data, because a round trip through Spark changes types (a naive
     timestamp returns as a UTC one, and would no longer fit the target)."""
-    from deltasink.backends.embedded.session import embedded_spark
+    from deltasink.backends.embedded.sail import embedded_spark
 
     spark = embedded_spark()
     numbered = data.append_column(_ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))

@@ -2,7 +2,7 @@
 versions are published, one by one, in order. Engine-free.
 
 A version is checked at ``pre_commit`` against this schema (by
-:func:`deltasink.batch.prepare`, the one check the publish makes too), not against
+:func:`deltasink.input.batch.prepare`, the one check the publish makes too), not against
 the target alone: on a new target the first pending version defines the table, and
 with ``schema_evolution`` each pending version may add columns. A coalesced commit
 folds its versions the same way first (:func:`schema_after` with ``check=True``), so
@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.errors import SchemaMismatchError
-from deltasink.scd2 import changes
-from deltasink.schema import align_to_target, nullable_schema
-from deltasink.spec import MergeSpec
+from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.shapes.scd2 import changes
+from deltasink.shapes.schema import align_to_target, nullable_schema
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["pending_context", "schema_after", "stuck_advice"]
 
@@ -96,7 +96,7 @@ def schema_after(
         app_id: The writer, for messages.
         check: Also check that each version after the first one creating the target
             fits the schema the ones before it leave (the publish's own check,
-            :func:`~deltasink.schema.align_to_target`, on the column types).
+            :func:`~deltasink.shapes.schema.align_to_target`, on the column types).
 
     Returns:
         The schema, or ``None`` when the target does not exist and nothing is staged.

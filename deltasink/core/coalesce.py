@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.batch import (
+from deltasink.input.batch import (
     DELETE_COLUMN,
     GUARD_COLUMN,
     SortOrder,
@@ -21,7 +21,7 @@ from deltasink.batch import (
     first_per_key,
     normalise_keys,
 )
-from deltasink.spec import MergeSpec
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["coalesce"]
 
@@ -33,7 +33,7 @@ def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Tabl
     applying them one by one, in ascending version order.
 
     ``append`` concatenates. ``scd2`` keeps every event, the latest version's for a
-    key and sequence seen twice (:mod:`deltasink.scd2`). ``insert`` keeps the row of the earliest version
+    key and sequence seen twice (:mod:`deltasink.shapes.scd2`). ``insert`` keeps the row of the earliest version
     (insert-if-absent: the first insert wins). ``upsert`` without ``sequence_by``
     keeps, per key, the row of the latest version, deletes included.
 

@@ -6,7 +6,7 @@ A staging table is a Delta table partitioned by :data:`VERSION_COLUMN`; staged v
 table properties record whom it belongs to, the MergeSpec and checks its versions were
 staged with, the writer epoch (fencing) and the quarantined versions; two further
 ``txn`` markers record the committed mark and the publish intent
-(:class:`~deltasink.guards.MarkGuard`).
+(:class:`~deltasink.core.guards.MarkGuard`).
 """
 
 from __future__ import annotations

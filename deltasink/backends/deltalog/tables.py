@@ -18,8 +18,8 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltasink._version import __version__
 from deltasink.errors import NotADeltaTableError, StorageError
 from deltasink.failures import plain, storage_failure
-from deltasink.history import user_metadata
 from deltasink.locations import is_local
+from deltasink.ops.history import user_metadata
 
 __all__ = [
     "arrow_schema",

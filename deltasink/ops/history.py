@@ -6,7 +6,7 @@ engine can write custom keys (delta-rs), and always a ``userMetadata`` string
 ``deltasink commit app=<app_id> version=<v>[ versions=<v1,v2,...>]`` (the only field
 Spark's writers can set), so the ledger can be rebuilt from either. A commit whose
 version came from a stream (or a batch job's own position) records that origin
-(:mod:`deltasink.origin`) as JSON: ``deltasink.origin`` (delta-rs), or after
+(:mod:`deltasink.ops.origin`) as JSON: ``deltasink.ops.origin`` (delta-rs), or after
 `` origin=`` at the end of ``userMetadata`` (Spark).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltasink.origin import ORIGIN_KEY, BatchOrigin, decode, encode
+from deltasink.ops.origin import ORIGIN_KEY, BatchOrigin, decode, encode
 
 __all__ = [
     "HistoryEntry",
@@ -46,7 +46,7 @@ def user_metadata(
     origin: str | None = None,
 ) -> str:
     """The ``userMetadata`` text of a deltasink commit; ``origin``: the encoded
-    :class:`~deltasink.origin.BatchOrigin`, appended last (it is JSON)."""
+    :class:`~deltasink.ops.origin.BatchOrigin`, appended last (it is JSON)."""
     text = f"deltasink {operation} app={app_id}"
     if version is not None:
         text += f" version={version}"
@@ -84,7 +84,7 @@ class HistoryEntry:
         execution_ms: The engine's reported execution time, when recorded.
         staged_rows: Rows staged for the versions of this commit, when recorded.
         origin: The streaming query, batch and source positions (or a batch job's
-            position) the commit recorded, if any (:mod:`deltasink.origin`).
+            position) the commit recorded, if any (:mod:`deltasink.ops.origin`).
     """
 
     version: int

@@ -9,14 +9,13 @@ from datetime import timedelta
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
-from deltasink.backends.embedded.deltalog import commit_properties, plain
-from deltasink.committables import GcResult
+from deltasink.backends.deltalog.staging import StagingLog
+from deltasink.backends.deltalog.tables import commit_properties, plain
+from deltasink.core.committables import GcResult
 from deltasink.errors import CommitError
-from deltasink.layout import VERSION_COLUMN
 from deltasink.locations import is_local
+from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
-
-from .log import StagingLog
 
 __all__ = ["ORPHAN_SAFETY_HOURS", "StagingGc"]
 

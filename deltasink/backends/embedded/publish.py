@@ -15,20 +15,26 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
-from deltasink.batch import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.backends.deltalog.marker import read_marker
+from deltasink.backends.deltalog.tables import (
+    arrow_schema,
+    commit_properties,
+    post_commit_hooks,
+    refresh,
+    txn_version,
+)
+from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
+from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.locations import is_local
-from deltasink.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
-from deltasink.protocol import CommitResult
 from deltasink.retry import retry
-from deltasink.schema import align_to_target
-from deltasink.spec import MergeSpec
-from deltasink.table import TableDefinition, TableSpec, check_definition
+from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
+from deltasink.shapes.schema import align_to_target
+from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
-from .deltalog import arrow_schema, commit_properties, post_commit_hooks, refresh, txn_version
 from .features import refuse_unwritable
-from .marker import read_marker
-from .pruning import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
+from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
 from .scd2 import created_rows, merge_history
 
 __all__ = ["TargetTable"]
@@ -368,7 +374,7 @@ class TargetTable:
     def _replace(
         table: DeltaTable, values: pa.Table, spec: MergeSpec, props: CommitProperties
     ) -> tuple[int, int]:
-        """Replace the rows :func:`~deltasink.merge.replace_predicate` selects with
+        """Replace the rows :func:`~deltasink.shapes.merge.replace_predicate` selects with
         ``values``, in one overwrite commit; nothing when it selects nothing (the caller
         then commits the marker alone). Returns (rows inserted, rows deleted): delta-rs
         reports no deleted rows for an overwrite, so they are counted first, on the

@@ -4,7 +4,7 @@ the checks, the quarantine and the publish intent.
 Staging version ``v`` writes its rows (possibly zero) to one Parquet file in partition
 ``v`` and commits it in ONE Delta commit carrying ``txn(app_id, v)`` and commit
 metadata. Clean-up commits also record ``txn("<app_id>#committed", v)``, the highest
-version the writer saw committed (:class:`~deltasink.guards.MarkGuard`).
+version the writer saw committed (:class:`~deltasink.core.guards.MarkGuard`).
 """
 
 from __future__ import annotations
@@ -26,26 +26,26 @@ from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.backends.embedded.deltalog import (
+from deltasink.backends.deltalog.staging import StagingLog, props
+from deltasink.backends.deltalog.tables import (
     arrow_schema,
     commit_properties,
     now_ms,
     post_commit_hooks,
 )
+from deltasink.core.protocol import DiscardReason, StagedVersion
 from deltasink.errors import StorageError
-from deltasink.layout import (
+from deltasink.ops.layout import (
     COMMITTED_SUFFIX,
     INTENT_SUFFIX,
     PROP_CHECKS,
     PROP_SPEC,
     VERSION_COLUMN,
 )
-from deltasink.origin import ORIGIN_KEY
-from deltasink.protocol import DiscardReason, StagedVersion
-from deltasink.spec import MergeSpec
+from deltasink.ops.origin import ORIGIN_KEY
+from deltasink.shapes.spec import MergeSpec
 
 from .fencing import Epochs
-from .log import StagingLog, props
 
 __all__ = ["STAGING_PARQUET", "StagingWriter", "log_commit"]
 
@@ -86,7 +86,7 @@ class StagingWriter:
         """Stage ``data`` as ``version`` in one Delta commit with ``txn(app_id, version)``
         (and, with ``intent``, the publish intent of :meth:`record_intent`, for a
         version published right after: ``write()``). ``origin``: the encoded
-        :class:`~deltasink.origin.BatchOrigin` of the batch, kept in the commit's
+        :class:`~deltasink.ops.origin.BatchOrigin` of the batch, kept in the commit's
         metadata so that a later publish of the version (``recover()``) records it.
 
         A failure before the commit leaves at most an unreferenced file (removed here

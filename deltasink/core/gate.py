@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from deltasink.committables import CommitResult, LogState, StagedVersion
+from deltasink.core.committables import CommitResult, LogState, StagedVersion
+from deltasink.core.participant import SupportsQuarantine
 from deltasink.errors import FencedError, UnverifiableChecksError
-from deltasink.participant import SupportsQuarantine
 
 __all__ = ["audit_group"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from deltasink.committables import StagedVersion
+from deltasink.core.committables import StagedVersion
 from deltasink.errors import ConfigurationError, MarkerLostError, StagingOwnershipError
-from deltasink.layout import PROP_APP, PROP_TARGET
 from deltasink.locations import same_location
-from deltasink.spec import MergeSpec
+from deltasink.ops.layout import PROP_APP, PROP_TARGET
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["MarkGuard", "check_owner", "refuse_spec_change"]
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from deltasink.spec import MergeSpec
+from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["PRUNE_WHEN_OVERLAP_AT_MOST", "STREAM_ABOVE_ROWS", "overlap"]
 

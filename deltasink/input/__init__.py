@@ -1,0 +1,1 @@
+"""User input (a PySpark DataFrame or Arrow data) to one validated Arrow table."""

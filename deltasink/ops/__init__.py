@@ -1,0 +1,1 @@
+"""What an operator reads: the staging table's layout, the commit ledger, where a version came from, and a writer's status."""
