@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from deltasink import CommitError, DeltaSink, DuplicateKeyError, FencedError, MergeSpec, checks
 from deltasink._faults import FaultInjected, armed
+from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog
-from deltasink.backends.deltalog.tables import post_commit_hooks
 from deltasink.backends.embedded.fencing import LOG_SETTINGS
 from deltasink.backends.embedded.stage import StagingWriter
 from deltasink.input.batch import distinct_floats, distinct_ints, prepare

@@ -13,8 +13,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError
 
+from deltasink.backends.deltalog.commits import commit_properties, post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog, epoch_of
-from deltasink.backends.deltalog.tables import commit_properties, plain, post_commit_hooks
+from deltasink.backends.deltalog.tables import plain
 from deltasink.errors import CommitError, FencedError, StorageError
 from deltasink.locations import is_local
 from deltasink.ops.layout import (

@@ -9,8 +9,9 @@ from datetime import timedelta
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from deltasink.backends.deltalog.commits import commit_properties
 from deltasink.backends.deltalog.staging import StagingLog
-from deltasink.backends.deltalog.tables import commit_properties, plain
+from deltasink.backends.deltalog.tables import plain
 from deltasink.core.committables import GcResult
 from deltasink.errors import CommitError
 from deltasink.locations import is_local

@@ -15,18 +15,12 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
-from deltasink.backends.deltalog.marker import read_marker
-from deltasink.backends.deltalog.tables import (
-    arrow_schema,
-    commit_properties,
-    post_commit_hooks,
-    refresh,
-    txn_version,
-)
+from deltasink.backends.deltalog.commits import commit_properties, post_commit_hooks
+from deltasink.backends.deltalog.tables import arrow_schema, txn_version
+from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN
-from deltasink.locations import is_local
 from deltasink.retry import retry
 from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
 from deltasink.shapes.schema import align_to_target
@@ -40,8 +34,8 @@ from .scd2 import created_rows, merge_history
 __all__ = ["TargetTable"]
 
 
-class TargetTable:
-    """The target Delta table of a sink.
+class TargetTable(TargetLog):
+    """The target Delta table of a sink, written with delta-rs (read as :class:`TargetLog`).
 
     Args:
         uri: Location of the target table.
@@ -65,31 +59,11 @@ class TargetTable:
                 "engine='spark' with a Delta-enabled session.",
                 table=uri,
             )
-        self.uri = uri
+        super().__init__(uri, storage_options=storage_options)
         self.max_attempts = max_attempts
         self.table_spec = table
         self._definition_checked = False
         self._condition_checked: str | None = None
-        self._options = dict(storage_options or {})
-        self._table: DeltaTable | None = None
-        self._behind = False  # a marker read saw a newer version than self._table
-        self._exists: bool | None = None  # as read last (None: not read yet)
-
-    def open(self, *, fresh: bool = True) -> DeltaTable | None:
-        """The target at its latest version (``fresh=False``: as read last, for a
-        caller that just refreshed it), or ``None`` if it does not exist yet."""
-        if not fresh and self._table is not None and not self._behind:
-            return self._table
-        self._table = refresh(self._table, self.uri, self._options)
-        self._behind = False
-        self._exists = self._table is not None
-        return self._table
-
-    def exists(self) -> bool:
-        """Whether the target exists, as read last (read now if it never was)."""
-        if self._exists is None:
-            self.open()
-        return bool(self._exists)
 
     def check_writable(self, columns: Sequence[str]) -> None:
         """Before a writer's first write (checked once per writer): the existing target
@@ -139,30 +113,6 @@ class TargetTable:
                 table=self.uri,
             ) from exc
         self._condition_checked = condition
-
-    def committed_version(self, app_id: str) -> int | None:
-        """The target's ``txn`` version for ``app_id`` (``None`` if never committed).
-
-        A local target's marker is read from its last checkpoint and the commits after
-        it (:func:`~.marker.read_marker`), so the cost does not grow with history; the
-        next ``open(fresh=False)`` then refreshes the table if it moved. Elsewhere, or
-        where that read cannot tell, through delta-rs."""
-        if is_local(self.uri):
-            read = read_marker(self.uri, app_id)
-            if read is not None:
-                table = self._table
-                self._behind = table is None or table.version() != read.table_version
-                self._exists = True
-                return read.marker
-        table = self.open()
-        if table is None:
-            return None
-        return txn_version(table, app_id)
-
-    def schema(self, *, fresh: bool = True) -> pa.Schema | None:
-        """The target's Arrow schema, or ``None`` if it does not exist yet."""
-        table = self.open(fresh=fresh)
-        return None if table is None else arrow_schema(table)
 
     def apply(
         self,

@@ -20,19 +20,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Field, Transaction
+from deltalake import DeltaTable, Field, Transaction
 from deltalake.exceptions import CommitFailedError
-from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.backends.deltalog.staging import StagingLog, props
-from deltasink.backends.deltalog.tables import (
-    arrow_schema,
+from deltasink.backends.deltalog.commits import (
     commit_properties,
+    log_commit,
     now_ms,
     post_commit_hooks,
 )
+from deltasink.backends.deltalog.staging import StagingLog, props
+from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.core.protocol import DiscardReason, StagedVersion
 from deltasink.errors import StorageError
 from deltasink.ops.layout import (
@@ -47,7 +47,7 @@ from deltasink.shapes.spec import MergeSpec
 
 from .fencing import Epochs
 
-__all__ = ["STAGING_PARQUET", "StagingWriter", "log_commit"]
+__all__ = ["STAGING_PARQUET", "StagingWriter"]
 
 logger = logging.getLogger("deltasink")
 
@@ -378,22 +378,3 @@ def _remove_orphan(fs: pafs.FileSystem, relative: str) -> None:
         fs.delete_file(relative)
     except Exception:  # the file is unreferenced: VACUUM removes it later
         logger.debug("could not remove orphan staging file %s", relative)
-
-
-def log_commit(
-    table: DeltaTable,
-    actions: Sequence[AddAction | RemoveAction],
-    props: CommitProperties,
-    *,
-    ahead: int = 0,
-) -> None:
-    """Commit ``actions`` (possibly none: markers only) to the staging log as written
-    (``ahead``: this sink's commits made after the state ``table`` holds)."""
-    table.create_write_transaction(
-        list(actions),
-        mode="append",
-        schema=DeltaSchema.from_arrow(arrow_schema(table)),
-        partition_by=[VERSION_COLUMN],
-        post_commithook_properties=post_commit_hooks(table, ahead=ahead),
-        commit_properties=props,
-    )

@@ -120,7 +120,6 @@ class SparkBackend:
             self.tables,
             reader=log_reader or self.default_log_reader,
             storage_options=storage_options,
-            max_attempts=max_attempts,
         )
         self.log_reader: Literal["delta-rs", "spark"] = self._logs.reader
         self._fence = Fence(self._sql, self._logs, self.tables)

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from deltasink.backends.deltalog.staging import StagingLog
-from deltasink.backends.embedded.publish import TargetTable
+from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.guards import MarkGuard, check_owner
 from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
@@ -62,7 +62,6 @@ class SparkLogs:
         reader: Who reads the logs (``"auto"``: delta-rs for local paths, except on
             Databricks, and for remote paths with ``storage_options``; Spark otherwise).
         storage_options: delta-rs storage options.
-        max_attempts: For the delta-rs target table.
 
     Raises:
         ConfigurationError: An unknown ``reader``, or ``"delta-rs"`` for catalog names.
@@ -75,16 +74,13 @@ class SparkLogs:
         *,
         reader: LogReader,
         storage_options: Mapping[str, str] | None,
-        max_attempts: int,
     ) -> None:
         self._sql = sql
         self.tables = tables
-        self._rs: tuple[TargetTable, StagingLog] | None = None
+        self._rs: tuple[TargetLog, StagingLog] | None = None
         if _uses_delta_rs(reader, tables, storage_options):
             self._rs = (
-                TargetTable(
-                    tables.target, storage_options=storage_options, max_attempts=max_attempts
-                ),
+                TargetLog(tables.target, storage_options=storage_options),
                 StagingLog(
                     tables.staging,
                     target=tables.target,

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from deltasink import _faults
-from deltasink.backends.deltalog.tables import commit_properties
-from deltasink.backends.embedded.stage import log_commit
+from deltasink.backends.deltalog.commits import commit_properties, log_commit
 from deltasink.core.protocol import DiscardReason, StagedVersion
 from deltasink.input.batch import quote
 from deltasink.ops.history import user_metadata

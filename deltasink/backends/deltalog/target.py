@@ -1,0 +1,72 @@
+"""Reading the target table's log with delta-rs, for both engines: the table at its
+latest version, whether it exists, its schema and one writer's ``txn`` marker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from deltasink.locations import is_local
+
+from .marker import read_marker
+from .tables import arrow_schema, refresh, txn_version
+
+__all__ = ["TargetLog"]
+
+
+class TargetLog:
+    """The target Delta table of a sink, as delta-rs reads it.
+
+    Args:
+        uri: Location of the target table.
+        storage_options: delta-rs storage options.
+    """
+
+    def __init__(self, uri: str, *, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = uri
+        self._options = dict(storage_options or {})
+        self._table: DeltaTable | None = None
+        self._behind = False  # a marker read saw a newer version than self._table
+        self._exists: bool | None = None  # as read last (None: not read yet)
+
+    def open(self, *, fresh: bool = True) -> DeltaTable | None:
+        """The target at its latest version (``fresh=False``: as read last, for a
+        caller that just refreshed it), or ``None`` if it does not exist yet."""
+        if not fresh and self._table is not None and not self._behind:
+            return self._table
+        self._table = refresh(self._table, self.uri, self._options)
+        self._behind = False
+        self._exists = self._table is not None
+        return self._table
+
+    def exists(self) -> bool:
+        """Whether the target exists, as read last (read now if it never was)."""
+        if self._exists is None:
+            self.open()
+        return bool(self._exists)
+
+    def committed_version(self, app_id: str) -> int | None:
+        """The target's ``txn`` version for ``app_id`` (``None`` if never committed).
+
+        A local target's marker is read from its last checkpoint and the commits after
+        it (:func:`~.marker.read_marker`), so the cost does not grow with history; the
+        next ``open(fresh=False)`` then refreshes the table if it moved. Elsewhere, or
+        where that read cannot tell, through delta-rs."""
+        if is_local(self.uri):
+            read = read_marker(self.uri, app_id)
+            if read is not None:
+                table = self._table
+                self._behind = table is None or table.version() != read.table_version
+                self._exists = True
+                return read.marker
+        table = self.open()
+        if table is None:
+            return None
+        return txn_version(table, app_id)
+
+    def schema(self, *, fresh: bool = True) -> pa.Schema | None:
+        """The target's Arrow schema, or ``None`` if it does not exist yet."""
+        table = self.open(fresh=fresh)
+        return None if table is None else arrow_schema(table)

@@ -1,0 +1,186 @@
+"""The package's layout rules (issue 27), read from the source with ``ast``: the two engines
+never import each other, the modules' top-level imports form no cycle, and no module grows
+past :data:`MAX_LINES` lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "deltasink"
+MAX_LINES = 400
+ENGINES = ("deltasink.backends.embedded", "deltasink.backends.spark")
+# Modules still over the limit, to be split (issue 27); the list may only shrink.
+TOO_LARGE: frozenset[str] = frozenset(
+    {
+        "deltasink.backends.embedded.backend",
+        "deltasink.backends.embedded.publish",
+        "deltasink.backends.spark.backend",
+        "deltasink.backends.spark.publish",
+        "deltasink.checks",
+        "deltasink.cli",
+        "deltasink.core.protocol",
+        "deltasink.input.batch",
+        "deltasink.ops.origin",
+        "deltasink.shapes.spec",
+        "deltasink.sink",
+    }
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports(name: str, path: Path, *, top_level: bool) -> set[str]:
+    """The ``deltasink`` modules ``name`` imports: all of them, or only those imported when it
+    is imported (module level, not under ``if TYPE_CHECKING:``, not inside a function)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    known = modules()
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("deltasink"))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    target = node.module or ""
+                if not target.startswith("deltasink"):
+                    continue
+                # ``from package import module`` imports the module; any other name
+                # needs the package's own ``__init__``
+                submodules = {f"{target}.{a.name}" for a in node.names} & known.keys()
+                found.update(submodules)
+                if len(submodules) < len(node.names):
+                    found.add(target)
+            elif isinstance(node, ast.If) and _type_checking(node):
+                if not top_level:
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if not top_level or isinstance(node, ast.ClassDef):
+                    visit(node.body)
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    children = getattr(node, field, None)
+                    if isinstance(children, list):
+                        visit([c for c in children if isinstance(c, ast.stmt)])
+                        for handler in children:
+                            if isinstance(handler, ast.ExceptHandler):
+                                visit(handler.body)
+                if not top_level:
+                    for child in ast.walk(node):
+                        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            visit(child.body)
+
+    visit(tree.body)
+    found.discard(name)
+    return {m for m in found if m in known}
+
+
+def engine_of(name: str) -> str | None:
+    return next((e for e in ENGINES if name == e or name.startswith(e + ".")), None)
+
+
+def engine_crossings(graph: dict[str, set[str]]) -> list[str]:
+    crossings = []
+    for name, targets in sorted(graph.items()):
+        mine = engine_of(name)
+        for target in sorted(targets):
+            theirs = engine_of(target)
+            if mine and theirs and mine != theirs:
+                crossings.append(f"{name} imports {target}")
+    return crossings
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_engines_never_import_each_other() -> None:
+    graph = {name: imports(name, path, top_level=False) for name, path in modules().items()}
+    assert engine_crossings(graph) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = {name: imports(name, path, top_level=True) for name, path in modules().items()}
+    assert cycles(graph) == []
+
+
+def line_count(name: str) -> int:
+    return len(modules()[name].read_text().splitlines())
+
+
+@pytest.mark.parametrize("name", sorted(set(modules()) - TOO_LARGE))
+def test_no_module_over_the_line_limit(name: str) -> None:
+    lines = line_count(name)
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES}): split it by job"
+
+
+@pytest.mark.parametrize("name", sorted(TOO_LARGE))
+def test_the_list_of_large_modules_only_shrinks(name: str) -> None:
+    assert line_count(name) > MAX_LINES, f"{name} is small now: remove it from TOO_LARGE"
+
+
+def test_the_rules_can_fail() -> None:
+    """The checks above find what they look for, on a made-up graph."""
+    graph = {
+        "deltasink.backends.spark.logs": {"deltasink.backends.embedded.publish"},
+        "deltasink.a": {"deltasink.b"},
+        "deltasink.b": {"deltasink.a"},
+    }
+    assert engine_crossings(graph) == [
+        "deltasink.backends.spark.logs imports deltasink.backends.embedded.publish"
+    ]
+    assert cycles(graph) == [["deltasink.a", "deltasink.b"]]
