@@ -395,21 +395,17 @@ class DeltaSink:
         *,
         replays_last_only: bool,
         origin: str | None = None,
-        version_of: Callable[[int | None], int] | None = None,
+        version_of: Callable[[int | None], tuple[int, str | None]] | None = None,
     ) -> CommitReport:
-        # When it stages, the stage commit records the publish intent too.
-        self._backend.write_through = version
-        if origin is not None and isinstance(version, int):
-            self._backend.origin = (version, origin)
-        try:
-            return self._after(
-                self._core.write(
-                    df, version, replays_last_only=replays_last_only, version_of=version_of
-                )
+        return self._after(
+            self._core.write(
+                df,
+                version,
+                replays_last_only=replays_last_only,
+                origin=origin,
+                version_of=version_of,
             )
-        finally:
-            self._backend.write_through = None
-            self._backend.origin = None
+        )
 
     def _after(self, report: CommitReport) -> CommitReport:
         if self._post_commit:
@@ -501,7 +497,7 @@ class DeltaSink:
             return self._write(df, batch_id, replays_last_only=True)
         chosen: list[tuple[int, BatchOrigin]] = []
 
-        def version_of(committed: int | None) -> int:
+        def version_of(committed: int | None) -> tuple[int, str | None]:
             seen = self._committed_origin(committed)
             version, recorded = resolve(
                 origin,
@@ -525,10 +521,8 @@ class DeltaSink:
                     app_id=self.app_id,
                     table=self.target,
                 )
-            self._backend.write_through = version
-            self._backend.origin = (version, encode(recorded))
             chosen.append((version, recorded))
-            return version
+            return version, encode(recorded)
 
         report = self._write(df, batch_id, replays_last_only=True, version_of=version_of)
         if chosen and report.committed_version == chosen[0][0]:

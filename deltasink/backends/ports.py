@@ -32,13 +32,6 @@ class CommitPort(Participant[object], SupportsFencing, Protocol):
 
     #: ``embedded`` or ``spark``.
     name: str
-    #: The version ``write()`` stages and publishes in one call, while it does (the
-    #: stage commit may then carry the publish intent); ``None`` otherwise.
-    write_through: int | None
-    #: ``(version, encoded origin)`` while ``write()``/``foreach_batch`` runs with an
-    #: origin (:mod:`deltasink.ops.origin`): the target commit whose marker is that version
-    #: records it; ``None`` otherwise.
-    origin: tuple[int, str] | None
 
     def recorded_spec(self) -> MergeSpec | None:
         """The MergeSpec recorded in the staging table, if any (as of the last

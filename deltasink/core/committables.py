@@ -57,11 +57,17 @@ class Prepared:
         version: The batch version.
         rows: Number of rows.
         payload: The engine's form of the validated batch (opaque to the core).
+        through: Prepared by ``write()``, which publishes it in the same call: its
+            stage commit, if it is staged, records the publish intent too.
+        origin: Where the batch came from, encoded (:mod:`deltasink.ops.origin`): its
+            stage commit and the target commit whose marker is ``version`` record it.
     """
 
     version: int
     rows: int
     payload: Any = field(compare=False, repr=False)
+    through: bool = False
+    origin: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Literal, TypeVar
 
 from deltasink import _faults
@@ -132,7 +132,19 @@ class TwoPhaseCommit(Generic[B]):
         v = check_version(version)
         return self._pre_commit(batch, v, self.participant.read_state())
 
-    def _pre_commit(self, batch: B, v: int, state: LogState) -> Committable:
+    def _pre_commit(
+        self,
+        batch: B,
+        v: int,
+        state: LogState,
+        *,
+        through: bool = False,
+        origin: str | None = None,
+    ) -> Committable:
+        """Stage ``batch`` as ``v`` unless ``state`` has it already. ``through``: for
+        ``write()``, which publishes it next; a participant that
+        :class:`SupportsDirectPublish` then stages it as :class:`Prepared` carrying that
+        and ``origin``."""
         if state.is_committed(v):
             self._stale(v, state.committed_version)
             return Committable(self.app_id, v, 0, None, "already_committed")
@@ -152,7 +164,12 @@ class TwoPhaseCommit(Generic[B]):
                 app_id=self.app_id,
                 version=v,
             )
-        staged = self.participant.stage(batch, v)
+        participant = self.participant
+        if through and isinstance(participant, SupportsDirectPublish):
+            prepared = replace(participant.prepare(batch, v), through=True, origin=origin)
+            staged = participant.stage_prepared(prepared)
+        else:
+            staged = participant.stage(batch, v)
         return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
 
     def _stale(self, version: int, committed: int | None) -> None:
@@ -193,7 +210,8 @@ class TwoPhaseCommit(Generic[B]):
         *,
         progress: Progress | None = None,
         replays_last_only: bool = False,
-        version_of: Callable[[int | None], object] | None = None,
+        origin: str | None = None,
+        version_of: Callable[[int | None], tuple[object, str | None]] | None = None,
     ) -> CommitReport:
         """Both phases for one batch whose source is not acknowledged yet.
 
@@ -203,10 +221,15 @@ class TwoPhaseCommit(Generic[B]):
         :class:`InvalidVersionError`, nothing written (instead of the ``on_stale``
         policy). One read of the participant's state serves this check and the write.
 
+        ``origin``: where the batch came from, encoded (:mod:`deltasink.ops.origin`),
+        recorded by its stage commit and by the target commit whose marker is its version
+        (both travel to the participant on the :class:`Prepared` batch).
+
         ``version_of``: called with the committed version (from that same read) before
-        anything else, returns the version to write instead of ``version`` (a stream's
-        batch id mapped by its recorded origin, :func:`deltasink.ops.origin.resolve`); it
-        may raise to refuse the batch, nothing written.
+        anything else, returns the version to write instead of ``version`` and its origin
+        (a stream's batch id mapped by its recorded origin,
+        :func:`deltasink.ops.origin.resolve`); it may raise to refuse the batch, nothing
+        written.
 
         With nothing staged and a participant that :class:`SupportsDirectPublish`, the
         validated batch is published straight into the target (its marker makes a
@@ -223,7 +246,8 @@ class TwoPhaseCommit(Generic[B]):
         state = participant.read_state()
         committed = state.committed_version
         if version_of is not None:
-            v = check_version(version_of(committed))
+            chosen, origin = version_of(committed)
+            v = check_version(chosen)
         if replays_last_only and committed is not None and v < committed:
             raise InvalidVersionError(
                 f"batch {v} is below app {self.app_id!r}'s committed version {committed}: "
@@ -238,7 +262,7 @@ class TwoPhaseCommit(Generic[B]):
             and not state.staged
             and not state.is_committed(v)
         ):
-            prepared = participant.prepare(batch, v)
+            prepared = replace(participant.prepare(batch, v), through=True, origin=origin)
             if audit_passes(participant, prepared):
                 result = publish_directly(
                     participant, prepared, state, app_id=self.app_id, clock=self.clock
@@ -248,7 +272,7 @@ class TwoPhaseCommit(Generic[B]):
                 return CommitReport(self.app_id, (result,), v, ())
             participant.stage_prepared(prepared)  # the gate audits again, quarantines
             return self._run(v, recovering=False, progress=progress)
-        self._pre_commit(batch, v, state)
+        self._pre_commit(batch, v, state, through=True, origin=origin)
         return self._run(v, recovering=False, progress=progress)
 
     def recover(self, *, progress: Progress | None = None) -> CommitReport:

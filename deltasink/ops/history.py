@@ -6,7 +6,7 @@ engine can write custom keys (delta-rs), and always a ``userMetadata`` string
 ``deltasink commit app=<app_id> version=<v>[ versions=<v1,v2,...>]`` (the only field
 Spark's writers can set), so the ledger can be rebuilt from either. A commit whose
 version came from a stream (or a batch job's own position) records that origin
-(:mod:`deltasink.ops.origin`) as JSON: ``deltasink.ops.origin`` (delta-rs), or after
+(:mod:`deltasink.ops.origin`) as JSON: ``deltasink.origin`` (delta-rs), or after
 `` origin=`` at the end of ``userMetadata`` (Spark).
 """
 

@@ -98,13 +98,13 @@ class EmbeddedBackend:
         # The batches staged here, kept so that write() publishes the one it just
         # validated, and commit() the ones pre-committed before it, without reading them.
         self._staged = StagedCache()
-        # The highest publish intent this backend recorded, and the version write() is
-        # about to stage and publish (its stage commit carries the intent).
+        # The highest publish intent this backend recorded.
         self._intent: int | None = None
         self._foreign_intent: int | None = None  # the last intent read that was not ours
-        self.write_through: int | None = None
         self._state: LogState | None = None  # as read last (read_state)
-        self.origin: tuple[int, str] | None = None
+        # The origins of the batches write() staged here, until they are published: the
+        # ones their stage commits recorded, kept so that publishing does not read them.
+        self._origins: dict[int, str] = {}
         # Schemas of staged versions read from their files' footers (not in _staged).
         self._schemas: dict[int, pa.Schema] = {}
 
@@ -253,13 +253,14 @@ class EmbeddedBackend:
     def stage_prepared(self, prepared: Prepared) -> StagedVersion:
         version, data = prepared.version, prepared.payload
         epoch = self._claim_for(prepared)
-        intent = self.write_through == version
-        origin = self.origin[1] if self.origin is not None and self.origin[0] == version else None
+        intent, origin = prepared.through, prepared.origin
         staged = self.writer.append(
             version, data, epoch=epoch, verified=True, intent=intent, origin=origin
         )
         if intent:
             self._intent = version
+        if origin is not None:
+            self._origins[version] = origin
         self._staged.put(version, data)
         return staged
 
@@ -287,7 +288,7 @@ class EmbeddedBackend:
             spec=self.spec_for_new_versions(),
             app_id=self.app_id,
             version=version,
-            metadata=self._metadata(version, prepared.rows),
+            metadata=self._metadata(version, prepared.rows, origin=prepared.origin),
             before_attempt=self._fence,
         )
         self._staged.drop([version])
@@ -298,15 +299,20 @@ class EmbeddedBackend:
         )
         return result
 
-    def _metadata(self, version: int, rows: int, *, staged: bool = False) -> dict[str, object]:
+    def _metadata(
+        self, version: int, rows: int, *, origin: str | None = None, staged: bool = False
+    ) -> dict[str, object]:
         """The commit metadata of the target commit whose marker is ``version``: with
-        the origin of the batch being written, when it is that version, else (for a
-        ``staged`` version, e.g. in ``recover()``) the one its stage commit recorded."""
+        ``origin`` (the batch being published directly), else, for a ``staged`` version,
+        the one its stage commit recorded (kept when ``write()`` staged it here, read
+        otherwise, e.g. in ``recover()``)."""
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
-        if self.origin is not None and self.origin[0] == version:
-            metadata[ORIGIN_KEY] = self.origin[1]
-        elif staged and (recorded := self.log.origin_of(version)) is not None:
-            metadata[ORIGIN_KEY] = recorded
+        if origin is None and staged:
+            origin = self._origins.get(version)
+            if origin is None:
+                origin = self.log.origin_of(version)
+        if origin is not None:
+            metadata[ORIGIN_KEY] = origin
         return metadata
 
     def _announce(self, version: int, *, epoch: int | None = None) -> None:
@@ -367,6 +373,7 @@ class EmbeddedBackend:
             before_attempt=self._fence,
         )
         self._staged.drop([staged.version])
+        self._origins.pop(staged.version, None)
         return result
 
     def can_coalesce(self) -> bool:
@@ -411,10 +418,14 @@ class EmbeddedBackend:
             before_attempt=self._fence,
         )
         self._staged.drop(s.version for s in staged)
+        for s in staged:
+            self._origins.pop(s.version, None)
         return replace(result, rows=sum(s.rows for s in staged))
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
         self._staged.drop(versions)
+        for version in versions:
+            self._origins.pop(version, None)
         for version in versions:
             self._schemas.pop(version, None)
         self.writer.drop(versions, reason=reason, epoch=self._fence(), verified=True)
@@ -441,6 +452,7 @@ class EmbeddedBackend:
         epoch = self._fence(data.schema)
         assert epoch is not None
         self._staged.drop([version])  # whatever happens next, never the old rows
+        self._origins.pop(version, None)
         self._schemas.pop(version, None)
         staged = self.writer.replace(version, data, epoch=epoch)
         self._staged.put(version, data)

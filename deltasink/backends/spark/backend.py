@@ -6,8 +6,7 @@ this package.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
@@ -75,17 +74,6 @@ class SparkBackend:
     name = "spark"
     reason = "Spark makes every target commit, with Delta's own txn idempotency"
     default_log_reader: ClassVar[LogReader] = "auto"
-    #: Unused here: this engine records no publish intent (docs/spark-backend.md).
-    write_through: int | None = None
-
-    @property
-    def origin(self) -> tuple[int, str] | None:
-        """The origin the target commit of a version records (see the port)."""
-        return self._target_writer.origin
-
-    @origin.setter
-    def origin(self, value: tuple[int, str] | None) -> None:
-        self._target_writer.origin = value
 
     def __init__(
         self,
@@ -123,6 +111,9 @@ class SparkBackend:
         )
         self.log_reader: Literal["delta-rs", "spark"] = self._logs.reader
         self._fence = Fence(self._sql, self._logs, self.tables)
+        # The origins of the batches write() staged here, until they are published (the
+        # ones their stage commits recorded, kept so that publishing does not read them).
+        self._origins: dict[int, str] = {}
         self._staging_writer = StagingWriter(self._sql, self._logs, self._fence, self.tables)
         self._target_writer = TargetWriter(
             self._sql, self._logs, self._fence, self.tables, max_attempts=max_attempts, table=table
@@ -333,13 +324,12 @@ class SparkBackend:
         """Stage a batch :meth:`prepare` validated, as :meth:`stage` does."""
         frame: PreparedFrame = prepared.payload
         self._claim_for(frame)
-        origin = self.origin
-        return self._staging_writer.append(
-            prepared.version,
-            frame,
-            operation="stage",
-            origin=origin[1] if origin is not None and origin[0] == prepared.version else None,
+        staged = self._staging_writer.append(
+            prepared.version, frame, operation="stage", origin=prepared.origin
         )
+        if prepared.origin is not None:
+            self._origins[prepared.version] = prepared.origin
+        return staged
 
     def audit_prepared(self, prepared: Prepared) -> str | None:
         """Run the pre-commit checks on the prepared (unstaged) frame."""
@@ -361,7 +351,7 @@ class SparkBackend:
         self._claim_for(frame)
         self._logs.check_publish(version)
         result = self._target_writer.apply_frame(
-            version, frame, self.spec_for_new_versions(), prepared.rows
+            version, frame, self.spec_for_new_versions(), prepared.rows, origin=prepared.origin
         )
         if result.outcome == "committed":
             record_mark_softly(
@@ -382,23 +372,18 @@ class SparkBackend:
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
         self._check_fits([staged.version])
-        with self._staged_origin(staged.version):
-            return self._target_writer.apply([staged.version], columns, spec, staged.rows)
+        origin = self._staged_origin(staged.version)
+        result = self._target_writer.apply(
+            [staged.version], columns, spec, staged.rows, origin=origin
+        )
+        self._origins.pop(staged.version, None)
+        return result
 
-    @contextmanager
-    def _staged_origin(self, version: int) -> Iterator[None]:
-        """While publishing staged ``version``: the origin its stage commit recorded,
-        unless the batch being written brings its own."""
-        current = self.origin
-        if current is not None and current[0] == version:
-            yield
-            return
-        recorded = self._logs.origin(version)
-        self.origin = None if recorded is None else (version, recorded)
-        try:
-            yield
-        finally:
-            self.origin = current
+    def _staged_origin(self, version: int) -> str | None:
+        """The origin the stage commit of ``version`` recorded: kept when ``write()``
+        staged it here, read from the staging log otherwise (e.g. in ``recover()``)."""
+        kept = self._origins.get(version)
+        return kept if kept is not None else self._logs.origin(version)
 
     def can_coalesce(self) -> bool:
         return self.spec_for_staged().coalescable
@@ -425,14 +410,18 @@ class SparkBackend:
             )
         self._check_fits(versions)
         rows = sum(s.rows for s in staged)
-        with self._staged_origin(versions[-1]):
-            result = self._target_writer.apply(versions, columns.pop(), spec, rows)
+        origin = self._staged_origin(versions[-1])
+        result = self._target_writer.apply(versions, columns.pop(), spec, rows, origin=origin)
+        for version in versions:
+            self._origins.pop(version, None)
         return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
 
     def discard(self, versions: Sequence[int], *, reason: DiscardReason) -> None:
         """Remove the staged data of ``versions`` in one ``DELETE`` (by partition, a
         metadata-only commit); empty versions, which have no data, get a commit that
         records their discard. Files stay for time travel until ``VACUUM``."""
+        for version in versions:
+            self._origins.pop(version, None)
         if not versions or self._logs.staging_props() is None:
             return
         self._fence.fence()
@@ -484,5 +473,6 @@ class SparkBackend:
         in between, the old data is audited, and quarantined, again)."""
         prepared = self._prepare(batch, self.spec_for_staged(), version)
         self._fence.fence()
+        self._origins.pop(version, None)
         self._staging_writer.lift_quarantine([version])
         return self._staging_writer.append(version, prepared, operation="restage")

@@ -220,8 +220,6 @@ class TargetWriter:
         self.max_attempts = max_attempts
         self.table_spec = table
         self._definition_checked = False
-        #: ``(version, encoded origin)``: recorded by the commit whose marker is it.
-        self.origin: tuple[int, str] | None = None
 
     def check_definition(self, columns: Sequence[str]) -> None:
         """Before a writer's first write: the batch has the columns a new target's
@@ -238,7 +236,13 @@ class TargetWriter:
         self._definition_checked = True
 
     def apply_frame(
-        self, version: int, prepared: PreparedFrame, spec: MergeSpec, rows: int
+        self,
+        version: int,
+        prepared: PreparedFrame,
+        spec: MergeSpec,
+        rows: int,
+        *,
+        origin: str | None = None,
     ) -> CommitResult:
         """Commit a validated, unstaged batch as ``version`` (direct publish): the same
         statements as for a staged version, reading the batch from a temporary view of
@@ -254,7 +258,9 @@ class TargetWriter:
         ).createOrReplaceTempView(view)
         try:
             unstaged = Unstaged(view, spark, prepared.prune)
-            return self.apply([version], prepared.columns, spec, rows, unstaged=unstaged)
+            return self.apply(
+                [version], prepared.columns, spec, rows, unstaged=unstaged, origin=origin
+            )
         finally:
             spark.catalog.dropTempView(view)
 
@@ -266,11 +272,13 @@ class TargetWriter:
         rows: int,
         *,
         unstaged: Unstaged | None = None,
+        origin: str | None = None,
     ) -> CommitResult:
         """Commit ``versions`` (staged with ``columns``) in one commit carrying the
         marker of the last; ``already_committed`` when the target's marker covers it.
         ``unstaged``: the batch of a direct publish, read there instead of the staging
-        table.
+        table. ``origin``: the encoded origin the commit records
+        (:mod:`deltasink.ops.origin`).
 
         Raises:
             CommitError: The marker moved inside the coalesced ``versions``, or the
@@ -293,7 +301,7 @@ class TargetWriter:
                     version=version,
                 )
             start = time.perf_counter()
-            self.apply_once(versions, columns, spec, unstaged=unstaged)
+            self.apply_once(versions, columns, spec, unstaged=unstaged, origin=origin)
             return self.result(version, rows, time.perf_counter() - start)
 
         return retry(
@@ -318,13 +326,13 @@ class TargetWriter:
         spec: MergeSpec,
         *,
         unstaged: Unstaged | None = None,
+        origin: str | None = None,
     ) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check
         skips the commit when the target's marker already covers the version."""
         t = self.tables
         version = versions[-1]
         relation = t.staging_ref if unstaged is None else unstaged.view
-        origin = self.origin[1] if self.origin is not None and self.origin[0] == version else None
         metadata = user_metadata("commit", t.app_id, version, versions, origin)
         source = source_sql(relation, versions, columns, spec)
         spark = self._sql.session() if unstaged is None else unstaged.session
