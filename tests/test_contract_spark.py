@@ -48,7 +48,7 @@ from deltasink import (
 from deltasink._faults import POINTS, FaultInjected, armed
 from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
-from deltasink.input.batch import spark_arrow, spark_empty
+from deltasink.input.arrow import spark_arrow, spark_empty
 from tests import support
 from tests.contract import Harness, SinkContract, spark_tables
 

@@ -23,7 +23,8 @@ from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.backends.embedded.fencing import LOG_SETTINGS
 from deltasink.backends.embedded.stage import StagingWriter
-from deltasink.input.batch import distinct_floats, distinct_ints, prepare
+from deltasink.input.batch import prepare
+from deltasink.input.keys import distinct_floats, distinct_ints
 from deltasink.shapes.merge import key_ranges
 from tests import support
 
@@ -164,7 +165,7 @@ def test_the_first_row_per_key_from_group_starts_agrees_with_the_hash_aggregatio
 ) -> None:
     # The fast twin (group starts in the sorted rows) keeps exactly the rows the hash
     # aggregation keeps, nulls grouped with nulls, in the original order.
-    from deltasink.input import batch as batch_module
+    from deltasink.input import keys as batch_module
 
     table, keys = case
     order: list[tuple[str, Any]] = [("seq", direction), ("ver", "descending")]
@@ -184,7 +185,7 @@ def test_the_first_or_last_row_per_key_in_row_order_agrees_with_first_per_key(
     # The coalescing fast path (one stable sort by the keys) keeps the rows the general
     # one keeps with the row order as the only order: ties to the later row for the
     # last, a row index ascending for the first.
-    from deltasink.input import batch as batch_module
+    from deltasink.input import keys as batch_module
 
     table, keys = case
     fast = batch_module.edge_per_key(table, keys, last=last)
@@ -233,7 +234,7 @@ def test_a_coalesced_upsert_keeps_each_key_s_latest_version_and_insert_its_earli
 
 
 def test_float_keys_take_the_hash_aggregation() -> None:
-    from deltasink.input.batch import first_per_key
+    from deltasink.input.keys import first_per_key
 
     nan = float("nan")
     table = pa.table({"k": [nan, 1.0, nan, 1.0], "v": [1, 2, 3, 4]})
@@ -242,7 +243,7 @@ def test_float_keys_take_the_hash_aggregation() -> None:
 
 
 def test_float_keys_take_the_general_path_for_the_first_or_last_row() -> None:
-    from deltasink.input.batch import edge_per_key
+    from deltasink.input.keys import edge_per_key
 
     nan = float("nan")
     table = pa.table({"k": [nan, 1.0, nan, 1.0], "v": [1, 2, 3, 4]})

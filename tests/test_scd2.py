@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink.errors import ConfigurationError, SchemaMismatchError
-from deltasink.input.batch import DELETE_COLUMN
+from deltasink.input.sql import DELETE_COLUMN
 from deltasink.shapes.scd2 import changes
 from tests.oracle import Fold
 

@@ -13,14 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.input.batch import (
-    DELETE_COLUMN,
-    GUARD_COLUMN,
-    SortOrder,
-    edge_per_key,
-    first_per_key,
-    normalise_keys,
-)
+from deltasink.input.keys import SortOrder, edge_per_key, first_per_key, normalise_keys
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["coalesce"]

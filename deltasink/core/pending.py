@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from deltasink.errors import SchemaMismatchError
-from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.shapes.scd2 import changes
 from deltasink.shapes.schema import align_to_target, nullable_schema
 from deltasink.shapes.spec import MergeSpec

@@ -17,7 +17,7 @@ For ``upsert`` the clauses are, in order (first matching clause wins)::
 (the last one with ``when_not_matched_by_source="delete"``, never with a key-range
 pruning predicate in ``ON``), where ``newer`` is ``t.seq IS NULL OR s.seq >= t.seq`` when ``sequence_by`` is set (a
 coalesced batch compares ``s.<guard>`` instead of ``s.seq``: see
-:func:`deltasink.input.batch.coalesce`).
+:func:`deltasink.core.coalesce.coalesce`).
 ``insert`` has only the last clause; ``append`` is not a MERGE at all.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN, quote
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.shapes.predicates import Dialect
 from deltasink.shapes.spec import MergeSpec
 
@@ -241,7 +241,7 @@ def compile_merge(
         has_delete: Whether the staged batch carries the delete flag column.
         prune: A target-only predicate true for every target row that can match
             (see :func:`key_ranges`), added to the join condition.
-        has_guard: Whether the batch carries :data:`~deltasink.input.batch.GUARD_COLUMN`
+        has_guard: Whether the batch carries :data:`~deltasink.input.sql.GUARD_COLUMN`
             (a coalesced batch with ``sequence_by`` and deletes), the sequence value
             a target row is compared with.
         spark: Render the user's predicates (``target_predicate``,

@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltasink.input.batch import DELETE_COLUMN, normalise_keys
+from deltasink.input.keys import normalise_keys
+from deltasink.input.sql import DELETE_COLUMN
 from deltasink.shapes.schema import nullable_schema
 from deltasink.shapes.spec import MergeSpec
 
@@ -52,7 +53,7 @@ def changes(current: pa.Table | None, batch: pa.Table, spec: MergeSpec) -> pa.Ta
         current: The target's rows of (at least) the batch's keys, every column, or
             ``None`` when the target does not exist.
         batch: The staged events: one row per key and sequence, the delete flag
-            :data:`~deltasink.input.batch.DELETE_COLUMN` when ``delete_when`` is set.
+            :data:`~deltasink.input.sql.DELETE_COLUMN` when ``delete_when`` is set.
         spec: A ``scd2`` spec.
 
     Returns:

@@ -21,7 +21,8 @@ from deltasink.checks import (
 )
 from deltasink.core.protocol import StagedVersion
 from deltasink.errors import UnverifiableChecksError
-from deltasink.input.batch import DELETE_COLUMN, spark_input
+from deltasink.input.arrow import spark_input
+from deltasink.input.sql import DELETE_COLUMN
 from deltasink.ops.history import HistoryEntry, previous_rows
 
 __all__ = ["Auditor"]

@@ -20,7 +20,7 @@ from deltasink.backends.deltalog.tables import arrow_schema, txn_version
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
-from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.retry import retry
 from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
 from deltasink.shapes.schema import align_to_target

@@ -12,7 +12,7 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder
 
 from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema
-from deltasink.input.batch import DELETE_COLUMN
+from deltasink.input.sql import DELETE_COLUMN
 from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges
 from deltasink.shapes.scd2 import changes
 from deltasink.shapes.schema import align_to_target

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from deltasink.input.batch import spark_arrow, spark_arrow_schema
+from deltasink.input.arrow import spark_arrow, spark_arrow_schema
 from deltasink.shapes.spec import RESERVED_PREFIX
 
 from .sail import serves
@@ -60,7 +60,7 @@ def engine_arrow(df: Any, ordered: bool) -> pa.Table:
 
     On the embedded engine the engine writes them to Parquet and Arrow reads them;
     elsewhere, or if that write fails for any reason (the DataFrame's own errors are
-    then raised by ``toArrow``), :func:`~deltasink.input.batch.spark_arrow` collects them.
+    then raised by ``toArrow``), :func:`~deltasink.input.arrow.spark_arrow` collects them.
 
     Args:
         df: A PySpark DataFrame.

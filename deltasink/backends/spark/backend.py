@@ -20,7 +20,7 @@ from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import pending_context, schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
-from deltasink.input.batch import spark_arrow, spark_empty
+from deltasink.input.arrow import spark_arrow, spark_empty
 from deltasink.ops.history import history_from_commits, previous_rows, user_metadata
 from deltasink.ops.layout import PROP_SPEC
 from deltasink.shapes.spec import MergeSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deltasink.input.batch import quote
+from deltasink.input.sql import quote
 from deltasink.ops.history import user_metadata
 from deltasink.shapes.table import TableDefinition, TableSpec
 

@@ -18,7 +18,7 @@ from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.guards import MarkGuard, check_owner
 from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
-from deltasink.input.batch import DELETE_COLUMN, quote
+from deltasink.input.sql import DELETE_COLUMN, quote
 from deltasink.locations import is_local
 from deltasink.ops.history import history_from_commits
 from deltasink.ops.layout import PROP_SPEC, VERSION_COLUMN, Quarantine

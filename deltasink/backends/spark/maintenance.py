@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from deltasink.core.committables import GcResult
-from deltasink.input.batch import quote
+from deltasink.input.sql import quote
 from deltasink.ops.history import (
     HistoryEntry,
     count_since_optimize,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from deltasink.input.batch import quote
+from deltasink.input.sql import quote
 from deltasink.shapes.merge import key_ranges
 
 __all__ = ["bound_exprs", "predicate_from_bounds", "prunable_keys"]

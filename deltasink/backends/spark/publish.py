@@ -19,7 +19,8 @@ import pyarrow as pa
 from deltasink import _faults
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError
-from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN, quote, spark_arrow
+from deltasink.input.arrow import spark_arrow
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.ops.history import history_from_commits, user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
@@ -58,7 +59,7 @@ def source_sql(
     staging_ref: str, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec
 ) -> str:
     """The staged rows of ``versions`` as one query; several versions are coalesced
-    as :func:`deltasink.input.batch.coalesce` does (upsert: the latest row per key, by
+    as :func:`deltasink.core.coalesce.coalesce` does (upsert: the latest row per key, by
     ``sequence_by`` then version; insert: the earliest version's row; upsert with
     ``sequence_by`` and deletes: the fold's row and its guard, see :func:`guarded`)."""
     cols = [quote(c) for c in columns]
@@ -85,7 +86,7 @@ def source_sql(
 
 
 def _folded_sql(staging_ref: str, where: str, cols: Sequence[str], partition: str, seq: str) -> str:
-    """:func:`deltasink.input.batch.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
+    """:func:`deltasink.core.coalesce.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
     the *records* of a key are its rows whose sequence is above every later version's;
     the row kept is the first record that is not a delete (else the first record), and
     the guard is the key's highest sequence."""

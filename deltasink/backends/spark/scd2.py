@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deltasink.input.batch import DELETE_COLUMN, quote, spark_arrow, spark_input
+from deltasink.input.arrow import spark_arrow, spark_input
+from deltasink.input.sql import DELETE_COLUMN, quote
 from deltasink.shapes.merge import compile_merge
 from deltasink.shapes.scd2 import changes
 from deltasink.shapes.spec import MergeSpec

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from deltasink import _faults
 from deltasink.backends.deltalog.commits import commit_properties, log_commit
 from deltasink.core.protocol import DiscardReason, StagedVersion
-from deltasink.input.batch import quote
+from deltasink.input.sql import quote
 from deltasink.ops.history import user_metadata
 from deltasink.ops.layout import (
     COMMITTED_SUFFIX,

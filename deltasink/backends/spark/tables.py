@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltasink.errors import ConfigurationError
-from deltasink.input.batch import quote
+from deltasink.input.sql import quote
 from deltasink.locations import is_catalog_name
 
 __all__ = [

@@ -17,21 +17,11 @@ from deltasink.errors import (
     KeyColumnError,
     SchemaMismatchError,
 )
-from deltasink.input.batch import (
-    DELETE_COLUMN,
-    SCD2_DUPLICATES,
-    check_required,
-    check_row_predicates,
-    collect,
-    collect_empty,
-    delete_expr,
-    is_spark_dataframe,
-    nan_key_error,
-    prepare,
-    quote,
-    spark_empty,
-    spark_input,
-)
+from deltasink.input.arrow import collect_empty, is_spark_dataframe, spark_empty, spark_input
+from deltasink.input.batch import SCD2_DUPLICATES, check_required, collect, prepare
+from deltasink.input.keys import nan_key_error
+from deltasink.input.rows import check_row_predicates
+from deltasink.input.sql import DELETE_COLUMN, delete_expr, quote
 from deltasink.shapes.spec import MergeSpec
 
 from .prune import bound_exprs, predicate_from_bounds, prunable_keys
@@ -249,7 +239,7 @@ def _bounded_keys(spec: MergeSpec, target: Any | None, frame: Any) -> list[str]:
 
 
 def _normalise_keys(frame: Any, keys: Sequence[str]) -> tuple[Any, list[str]]:
-    """:func:`deltasink.input.batch.normalise_keys` in the plan: each float key's -0.0
+    """:func:`deltasink.input.keys.normalise_keys` in the plan: each float key's -0.0
     becomes 0.0 (its type kept), so the duplicate check, the staged rows and every
     later MERGE see one key. Returns the frame and its float keys (whose NaN values
     :func:`_batch_stats` counts)."""
