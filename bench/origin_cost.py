@@ -97,7 +97,8 @@ def main() -> None:
         if "stream" in sides:
             import timeit
 
-            from deltasink.ops.origin import encode, resolve, stream_origin
+            from deltasink.ops.checkpoint import stream_origin
+            from deltasink.ops.origin import encode, resolve
 
             seen = stream_origin(batch, 6, checkpoint=str(checkpoint))
 

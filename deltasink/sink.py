@@ -27,17 +27,9 @@ from deltasink.failures import storage_failure
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
+from deltasink.ops.checkpoint import ResumePoint, resume_point, stream_origin
 from deltasink.ops.history import HistoryEntry, ledger_table
-from deltasink.ops.origin import (
-    BatchOrigin,
-    ResumePoint,
-    batch_files,
-    check_resume_start,
-    encode,
-    resolve,
-    resume_point,
-    stream_origin,
-)
+from deltasink.ops.origin import BatchOrigin, batch_files, check_resume_start, encode, resolve
 from deltasink.ops.status import SinkStatus
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec

@@ -22,7 +22,6 @@ TOO_LARGE: frozenset[str] = frozenset(
         "deltasink.checks",
         "deltasink.cli",
         "deltasink.core.protocol",
-        "deltasink.ops.origin",
         "deltasink.shapes.spec",
         "deltasink.sink",
     }

@@ -36,8 +36,9 @@ from deltasink import (
     foreach_batch_writer,
 )
 from deltasink.cli import app
+from deltasink.ops.checkpoint import read_checkpoint, resume_point
 from deltasink.ops.history import ledger_table
-from deltasink.ops.origin import BatchOrigin, decode, read_checkpoint, resolve, resume_point
+from deltasink.ops.origin import BatchOrigin, decode, resolve
 from tests import support
 
 APPEND = MergeSpec(mode="append")
