@@ -1,0 +1,143 @@
+"""The ``deltasink history`` and ``deltasink offsets`` commands: which target commit applied
+which versions, and where a stream resumes."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from deltasink.cli.app import (
+    AppOpt,
+    JsonOpt,
+    StagingOpt,
+    StorageOpt,
+    Target,
+    exit_on_error,
+    known_sink,
+    out,
+)
+from deltasink.ops.origin import BatchOrigin
+
+__all__ = ["history", "offsets"]
+
+
+def history(
+    target: Target,
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", help="Read at most N recent target commits.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List a writer's commits to the target (version → target Delta version)."""
+    with exit_on_error(as_json):
+        entries = known_sink(target, app_id, staging, storage_option).history(limit)
+    if as_json:
+        out.print_json(json.dumps([e.to_dict() for e in entries]))
+        return
+    table = Table(title=f"commits of app {app_id} to {target}", title_justify="left")
+    for name in (
+        "version",
+        "target ver",
+        "committed at (UTC)",
+        "operation",
+        "ins",
+        "upd",
+        "del",
+        "ms",
+        "origin",
+    ):
+        table.add_column(
+            name,
+            justify="left" if name in ("operation", "committed at (UTC)", "origin") else "right",
+        )
+    for e in entries:
+        table.add_row(
+            ", ".join(map(str, e.versions)),
+            str(e.target_version),
+            e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
+            e.operation,
+            *(
+                "" if n is None else f"{n:,}"
+                for n in (e.rows_inserted, e.rows_updated, e.rows_deleted, e.execution_ms)
+            ),
+            _origin_text(e.origin, short=True),
+        )
+    out.print(table)
+
+
+def _origin_text(origin: BatchOrigin | None, *, short: bool = False) -> str:
+    """An origin in one line: ``query <id> batch <n>`` (``short``: ``<id[:8]> #<n>``)
+    or the position."""
+    if origin is None:
+        return ""
+    if origin.query_id is not None and short:
+        return f"{origin.query_id[:8]} #{origin.batch_id}"
+    if origin.query_id is not None:
+        return f"query {origin.query_id} batch {origin.batch_id}"
+    return f"position {json.dumps(origin.position)}"
+
+
+def offsets(
+    target: Target,
+    app_id: AppOpt,
+    staging: StagingOpt = None,
+    storage_option: StorageOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the last committed version's source positions and where a new streaming
+    query starts to continue right after it (after a lost or changed checkpoint)."""
+    with exit_on_error(as_json):
+        point = known_sink(target, app_id, staging, storage_option).offsets()
+    if as_json:
+        out.print_json(json.dumps(point.to_dict()))
+        return
+    if point.version is None:
+        out.print(f"app {app_id} has committed nothing to {target}")
+        return
+    out.print(f"committed version {point.version} of app {app_id} on {target}")
+    if point.origin is None:
+        out.print("no source positions were recorded with it (written without a stream)")
+        return
+    origin = point.origin
+    out.print(f"  origin: {_origin_text(origin)} (base {origin.base})")
+    if not point.exact:
+        out.print(
+            "  [yellow]later versions were committed without an origin (recover()): these "
+            "positions are behind the committed version[/]"
+        )
+
+    def plain(text: str) -> None:  # copy-pasteable: no wrapping, no markup
+        out.print(text, soft_wrap=True, markup=False, highlight=False)
+
+    for source in point.starting:
+        kind = source["kind"]
+        if kind == "kafka":
+            plain(
+                f'  source {source["source"]} (Kafka): .option("startingOffsets", '
+                f"'{source['startingOffsets']}')"
+            )
+        elif kind == "delta":
+            plain(
+                f'  source {source["source"]} (Delta): .option("startingVersion", '
+                f"{source['startingVersion']})"
+            )
+            if "note" in source:
+                plain(f"    note: {source['note']}")
+        elif kind == "files":
+            plain(
+                f"  source {source['source']} (files): {len(source['files'])} file(s) "
+                "already committed; keep them out of the new query's input (--json "
+                "lists them)"
+            )
+        else:
+            plain(f"  source {source['source']}: offset {json.dumps(source.get('offset'))}")
+    out.print(
+        "  resume a new checkpoint from there with foreach_batch_writer(..., resume=True) "
+        '(docs/runbook.md, "I lost or changed my checkpoint")'
+    )
