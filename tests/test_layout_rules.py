@@ -20,7 +20,6 @@ TOO_LARGE: frozenset[str] = frozenset(
         "deltasink.backends.spark.backend",
         "deltasink.backends.spark.publish",
         "deltasink.core.protocol",
-        "deltasink.shapes.spec",
         "deltasink.sink",
     }
 )

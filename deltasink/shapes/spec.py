@@ -10,6 +10,8 @@ from typing import Any, Literal, get_args
 from deltasink.errors import ConfigurationError
 from deltasink.shapes.predicates import Dialect, parse_predicate, render
 
+from . import spec_rules as rules
+
 __all__ = ["PREDICATES", "MergeMode", "MergeSpec", "NotMatchedBySource", "PredicateField"]
 
 MergeMode = Literal["upsert", "insert", "append", "replace", "scd2"]
@@ -210,11 +212,11 @@ class MergeSpec:
                 raise ConfigurationError(
                     "MergeSpec.delete_when must be a non-empty Spark SQL predicate, e.g. \"op = 'D'\"."
                 )
-        self._check_history(keys)
-        self._check_target_predicate()
-        self._check_partial_update(keys)
-        self._check_not_matched_by_source()
-        self._check_replace()
+        rules.check_history(self, keys)
+        rules.check_target_predicate(self)
+        rules.check_partial_update(self, keys)
+        rules.check_not_matched_by_source(self)
+        rules.check_replace(self)
         if not isinstance(self.null_safe_keys, bool):
             raise ConfigurationError(
                 f"MergeSpec.null_safe_keys must be True or False, got {self.null_safe_keys!r}."
@@ -235,62 +237,6 @@ class MergeSpec:
         text: str | None = getattr(self, name)
         return None if text is None else render(text, dialect, f"MergeSpec.{name}")
 
-    def _check_target_predicate(self) -> None:
-        """Validate ``target_predicate``."""
-        predicate = self.target_predicate
-        if predicate is None:
-            return
-        if not isinstance(predicate, str) or not predicate.strip():
-            raise ConfigurationError(
-                "MergeSpec.target_predicate must be a non-empty SQL predicate over target "
-                "columns qualified with t, e.g. \"t.day >= '2026-01-01'\"."
-            )
-        if self.mode not in ("upsert", "insert"):
-            raise ConfigurationError(
-                "MergeSpec.target_predicate is only valid with mode='upsert' or 'insert' "
-                f"(a MERGE by keys), not mode={self.mode!r}."
-            )
-        if self.when_not_matched_by_source == "delete":
-            raise ConfigurationError(
-                "MergeSpec.target_predicate cannot be combined with "
-                "when_not_matched_by_source='delete': every target row outside it would "
-                "look absent from the batch and be deleted; use "
-                "not_matched_by_source_condition to limit the deletes."
-            )
-
-    def _check_history(self, keys: tuple[str, ...]) -> None:
-        """Validate ``scd2`` and ``history_columns`` (defaulted for ``scd2``)."""
-        if self.mode != "scd2":
-            if self.history_columns is not None:
-                raise ConfigurationError(
-                    "MergeSpec.history_columns is only valid with mode='scd2'."
-                )
-            return
-        if self.sequence_by is None:
-            raise ConfigurationError(
-                "MergeSpec(mode='scd2') needs sequence_by: the column (an event time or "
-                "sequence number) whose values start and end each version of a key."
-            )
-        if self.null_safe_keys:
-            raise ConfigurationError(
-                "MergeSpec(mode='scd2') takes no null_safe_keys: its keys must be non-null."
-            )
-        if self.history_columns is None:
-            object.__setattr__(self, "history_columns", DEFAULT_HISTORY_COLUMNS)
-        names = tuple(self.history_columns or ())
-        if len(names) != 3 or len(set(names)) != 3:
-            raise ConfigurationError(
-                "MergeSpec.history_columns needs three distinct names (valid from, valid "
-                f"to, is current), got {list(names)}."
-            )
-        clash = [n for n in names if n in keys or n == self.sequence_by]
-        if clash:
-            raise ConfigurationError(
-                f"MergeSpec.history_columns {clash} name a key or sequence_by column; "
-                "deltasink writes the history columns itself.",
-                column=clash[0],
-            )
-
     @property
     def history(self) -> tuple[str, str, str]:
         """``scd2``: the (valid from, valid to, is current) column names."""
@@ -298,103 +244,6 @@ class MergeSpec:
             raise ValueError(f"MergeSpec(mode={self.mode!r}) keeps no history")
         start, end, current = self.history_columns
         return start, end, current
-
-    def _check_replace(self) -> None:
-        """Validate ``replace_by`` / ``replace_where``."""
-        replacing = self.replace_by is not None or self.replace_where is not None
-        if self.mode != "replace":
-            if replacing:
-                raise ConfigurationError(
-                    "MergeSpec.replace_by and replace_where are only valid with mode='replace'."
-                )
-            return
-        if not replacing:
-            raise ConfigurationError(
-                "MergeSpec(mode='replace') needs replace_by (columns whose values in the "
-                "batch select the rows replaced), replace_where (a predicate), or both."
-            )
-        if self.replace_by is not None:
-            if not self.replace_by:
-                raise ConfigurationError("MergeSpec.replace_by is empty.")
-            if len(set(self.replace_by)) != len(self.replace_by):
-                raise ConfigurationError(
-                    f"MergeSpec.replace_by has duplicates: {list(self.replace_by)}."
-                )
-        if self.replace_where is not None and (
-            not isinstance(self.replace_where, str) or not self.replace_where.strip()
-        ):
-            raise ConfigurationError(
-                "MergeSpec.replace_where must be a non-empty SQL predicate over target "
-                "columns, e.g. \"region = 'EU'\"."
-            )
-
-    def _check_not_matched_by_source(self) -> None:
-        """Validate ``when_not_matched_by_source`` and its condition."""
-        choice, condition = self.when_not_matched_by_source, self.not_matched_by_source_condition
-        if choice not in get_args(NotMatchedBySource):
-            raise ConfigurationError(
-                "MergeSpec.when_not_matched_by_source must be one of "
-                f"{list(get_args(NotMatchedBySource))}, got {choice!r}."
-            )
-        if choice == "delete" and self.mode != "upsert":
-            raise ConfigurationError(
-                "MergeSpec(when_not_matched_by_source='delete') is only valid with "
-                f"mode='upsert', not mode={self.mode!r}."
-            )
-        if condition is not None:
-            if choice != "delete":
-                raise ConfigurationError(
-                    "MergeSpec.not_matched_by_source_condition needs "
-                    "when_not_matched_by_source='delete'."
-                )
-            if not isinstance(condition, str) or not condition.strip():
-                raise ConfigurationError(
-                    "MergeSpec.not_matched_by_source_condition must be a non-empty SQL "
-                    "predicate over target columns qualified with t, e.g. \"t.region = 'EU'\"."
-                )
-
-    def _check_partial_update(self, keys: tuple[str, ...]) -> None:
-        """Validate ``update_columns`` / ``except_columns``."""
-        if self.update_columns is not None and self.except_columns is not None:
-            raise ConfigurationError(
-                "MergeSpec takes update_columns or except_columns, not both: list the "
-                "columns to update, or the ones to leave alone."
-            )
-        for attr in ("update_columns", "except_columns"):
-            listed: tuple[str, ...] | None = getattr(self, attr)
-            if listed is None:
-                continue
-            if self.mode != "upsert":
-                raise ConfigurationError(
-                    f"MergeSpec.{attr} is only valid with mode='upsert' (mode={self.mode!r} "
-                    "never updates a row)."
-                )
-            if not listed:
-                raise ConfigurationError(
-                    f"MergeSpec.{attr} is empty; leave it None to update every column."
-                )
-            if len(set(listed)) != len(listed):
-                raise ConfigurationError(f"MergeSpec.{attr} has duplicates: {list(listed)}.")
-            named_keys = [c for c in listed if c in keys]
-            if named_keys:
-                raise ConfigurationError(
-                    f"MergeSpec.{attr} names the key column(s) {named_keys}; a key is "
-                    "never updated (it identifies the row).",
-                    column=named_keys[0],
-                )
-        seq = self.sequence_by
-        if seq is not None and self.update_columns is not None and seq not in self.update_columns:
-            raise ConfigurationError(
-                f"MergeSpec.update_columns must include sequence_by={seq!r}: an updated "
-                "row's sequence must follow it, or older updates would apply after it.",
-                column=seq,
-            )
-        if seq is not None and self.except_columns is not None and seq in self.except_columns:
-            raise ConfigurationError(
-                f"MergeSpec.except_columns must not include sequence_by={seq!r}: an "
-                "updated row's sequence must follow it.",
-                column=seq,
-            )
 
     def updated(self, columns: Sequence[str]) -> tuple[str, ...]:
         """The columns of a batch with ``columns`` that ``UPDATE SET`` writes on a

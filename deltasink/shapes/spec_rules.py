@@ -1,0 +1,183 @@
+"""The rules a :class:`~deltasink.shapes.spec.MergeSpec` is checked against when it is made,
+beyond its field types: the history columns of ``scd2``, ``target_predicate``, partial
+updates, ``when_not_matched_by_source`` and the ``replace`` mode's slice.
+
+Each raises :class:`~deltasink.errors.ConfigurationError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, get_args
+
+from deltasink.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from deltasink.shapes.spec import MergeSpec
+
+__all__ = [
+    "check_history",
+    "check_not_matched_by_source",
+    "check_partial_update",
+    "check_replace",
+    "check_target_predicate",
+]
+
+
+def check_target_predicate(spec: MergeSpec) -> None:
+    """Validate ``target_predicate``."""
+    predicate = spec.target_predicate
+    if predicate is None:
+        return
+    if not isinstance(predicate, str) or not predicate.strip():
+        raise ConfigurationError(
+            "MergeSpec.target_predicate must be a non-empty SQL predicate over target "
+            "columns qualified with t, e.g. \"t.day >= '2026-01-01'\"."
+        )
+    if spec.mode not in ("upsert", "insert"):
+        raise ConfigurationError(
+            "MergeSpec.target_predicate is only valid with mode='upsert' or 'insert' "
+            f"(a MERGE by keys), not mode={spec.mode!r}."
+        )
+    if spec.when_not_matched_by_source == "delete":
+        raise ConfigurationError(
+            "MergeSpec.target_predicate cannot be combined with "
+            "when_not_matched_by_source='delete': every target row outside it would "
+            "look absent from the batch and be deleted; use "
+            "not_matched_by_source_condition to limit the deletes."
+        )
+
+
+def check_history(spec: MergeSpec, keys: tuple[str, ...]) -> None:
+    """Validate ``scd2`` and ``history_columns`` (defaulted for ``scd2``)."""
+    from deltasink.shapes.spec import DEFAULT_HISTORY_COLUMNS
+
+    if spec.mode != "scd2":
+        if spec.history_columns is not None:
+            raise ConfigurationError("MergeSpec.history_columns is only valid with mode='scd2'.")
+        return
+    if spec.sequence_by is None:
+        raise ConfigurationError(
+            "MergeSpec(mode='scd2') needs sequence_by: the column (an event time or "
+            "sequence number) whose values start and end each version of a key."
+        )
+    if spec.null_safe_keys:
+        raise ConfigurationError(
+            "MergeSpec(mode='scd2') takes no null_safe_keys: its keys must be non-null."
+        )
+    if spec.history_columns is None:
+        object.__setattr__(spec, "history_columns", DEFAULT_HISTORY_COLUMNS)
+    names = tuple(spec.history_columns or ())
+    if len(names) != 3 or len(set(names)) != 3:
+        raise ConfigurationError(
+            "MergeSpec.history_columns needs three distinct names (valid from, valid "
+            f"to, is current), got {list(names)}."
+        )
+    clash = [n for n in names if n in keys or n == spec.sequence_by]
+    if clash:
+        raise ConfigurationError(
+            f"MergeSpec.history_columns {clash} name a key or sequence_by column; "
+            "deltasink writes the history columns itself.",
+            column=clash[0],
+        )
+
+
+def check_replace(spec: MergeSpec) -> None:
+    """Validate ``replace_by`` / ``replace_where``."""
+    replacing = spec.replace_by is not None or spec.replace_where is not None
+    if spec.mode != "replace":
+        if replacing:
+            raise ConfigurationError(
+                "MergeSpec.replace_by and replace_where are only valid with mode='replace'."
+            )
+        return
+    if not replacing:
+        raise ConfigurationError(
+            "MergeSpec(mode='replace') needs replace_by (columns whose values in the "
+            "batch select the rows replaced), replace_where (a predicate), or both."
+        )
+    if spec.replace_by is not None:
+        if not spec.replace_by:
+            raise ConfigurationError("MergeSpec.replace_by is empty.")
+        if len(set(spec.replace_by)) != len(spec.replace_by):
+            raise ConfigurationError(
+                f"MergeSpec.replace_by has duplicates: {list(spec.replace_by)}."
+            )
+    if spec.replace_where is not None and (
+        not isinstance(spec.replace_where, str) or not spec.replace_where.strip()
+    ):
+        raise ConfigurationError(
+            "MergeSpec.replace_where must be a non-empty SQL predicate over target "
+            "columns, e.g. \"region = 'EU'\"."
+        )
+
+
+def check_not_matched_by_source(spec: MergeSpec) -> None:
+    """Validate ``when_not_matched_by_source`` and its condition."""
+    from deltasink.shapes.spec import NotMatchedBySource
+
+    choice, condition = spec.when_not_matched_by_source, spec.not_matched_by_source_condition
+    if choice not in get_args(NotMatchedBySource):
+        raise ConfigurationError(
+            "MergeSpec.when_not_matched_by_source must be one of "
+            f"{list(get_args(NotMatchedBySource))}, got {choice!r}."
+        )
+    if choice == "delete" and spec.mode != "upsert":
+        raise ConfigurationError(
+            "MergeSpec(when_not_matched_by_source='delete') is only valid with "
+            f"mode='upsert', not mode={spec.mode!r}."
+        )
+    if condition is not None:
+        if choice != "delete":
+            raise ConfigurationError(
+                "MergeSpec.not_matched_by_source_condition needs "
+                "when_not_matched_by_source='delete'."
+            )
+        if not isinstance(condition, str) or not condition.strip():
+            raise ConfigurationError(
+                "MergeSpec.not_matched_by_source_condition must be a non-empty SQL "
+                "predicate over target columns qualified with t, e.g. \"t.region = 'EU'\"."
+            )
+
+
+def check_partial_update(spec: MergeSpec, keys: tuple[str, ...]) -> None:
+    """Validate ``update_columns`` / ``except_columns``."""
+    if spec.update_columns is not None and spec.except_columns is not None:
+        raise ConfigurationError(
+            "MergeSpec takes update_columns or except_columns, not both: list the "
+            "columns to update, or the ones to leave alone."
+        )
+    for attr in ("update_columns", "except_columns"):
+        listed: tuple[str, ...] | None = getattr(spec, attr)
+        if listed is None:
+            continue
+        if spec.mode != "upsert":
+            raise ConfigurationError(
+                f"MergeSpec.{attr} is only valid with mode='upsert' (mode={spec.mode!r} "
+                "never updates a row)."
+            )
+        if not listed:
+            raise ConfigurationError(
+                f"MergeSpec.{attr} is empty; leave it None to update every column."
+            )
+        if len(set(listed)) != len(listed):
+            raise ConfigurationError(f"MergeSpec.{attr} has duplicates: {list(listed)}.")
+        named_keys = [c for c in listed if c in keys]
+        if named_keys:
+            raise ConfigurationError(
+                f"MergeSpec.{attr} names the key column(s) {named_keys}; a key is "
+                "never updated (it identifies the row).",
+                column=named_keys[0],
+            )
+    seq = spec.sequence_by
+    if seq is not None and spec.update_columns is not None and seq not in spec.update_columns:
+        raise ConfigurationError(
+            f"MergeSpec.update_columns must include sequence_by={seq!r}: an updated "
+            "row's sequence must follow it, or older updates would apply after it.",
+            column=seq,
+        )
+    if seq is not None and spec.except_columns is not None and seq in spec.except_columns:
+        raise ConfigurationError(
+            f"MergeSpec.except_columns must not include sequence_by={seq!r}: an "
+            "updated row's sequence must follow it.",
+            column=seq,
+        )
