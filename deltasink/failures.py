@@ -9,11 +9,14 @@ store's own words; :func:`storage_failure` turns one into a
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from deltasink.errors import StorageAccessError, StorageError
 
-__all__ = ["plain", "storage_failure"]
+__all__ = ["named_storage_errors", "plain", "storage_failure"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -90,3 +93,29 @@ def storage_failure(exc: OSError, table: str | None) -> StorageError:
         "network and storage_options, then retry; nothing committed is lost.",
         table=table,
     )
+
+
+class _Located(Protocol):
+    target: str
+
+
+_S = TypeVar("_S", bound=_Located)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def named_storage_errors(
+    method: Callable[Concatenate[_S, _P], _R],
+) -> Callable[Concatenate[_S, _P], _R]:
+    """A storage failure an engine reports as a bare ``OSError`` (delta-rs, for
+    object stores) leaves the facade as a :class:`~deltasink.errors.StorageError` or
+    :class:`~deltasink.errors.StorageAccessError` naming the target."""
+
+    @functools.wraps(method)
+    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise storage_failure(exc, self.target) from exc
+
+    return wrapper

@@ -19,7 +19,6 @@ TOO_LARGE: frozenset[str] = frozenset(
         "deltasink.backends.embedded.publish",
         "deltasink.backends.spark.backend",
         "deltasink.backends.spark.publish",
-        "deltasink.sink",
     }
 )
 

@@ -1,0 +1,155 @@
+"""The operator side of :class:`~deltasink.sink.DeltaSink` (its base class): status, where
+a stream resumes, the history and ledger of the target commits, gc and OPTIMIZE, read or
+run through the engine's ports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from deltasink.backends.ports import CommitPort, MaintenancePort
+from deltasink.core.committables import GcResult
+from deltasink.core.protocol import TwoPhaseCommit
+from deltasink.errors import ConfigurationError
+from deltasink.failures import named_storage_errors
+from deltasink.ops.checkpoint import ResumePoint
+from deltasink.ops.history import HistoryEntry, ledger_table
+from deltasink.ops.status import SinkStatus
+from deltasink.resuming import StreamOrigins
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SinkOperations"]
+
+
+def _active_spark() -> Any:
+    """The active Spark session (classic or Connect), or ``None``."""
+    try:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.getActiveSession()
+    except Exception:  # pyspark missing or no usable session
+        return None
+
+
+class SinkOperations:
+    """What an operator reads and runs on one writer (the attributes are
+    :class:`~deltasink.sink.DeltaSink`'s)."""
+
+    target: str
+    staging: str
+    app_id: str
+    engine_reason: str
+    _backend: CommitPort
+    _maintenance: MaintenancePort
+    _core: TwoPhaseCommit[object]
+    _origins: StreamOrigins
+    _spark: Any
+
+    @property
+    def engine(self) -> str:
+        """The backend doing the Delta writes."""
+        return self._backend.name
+
+    @named_storage_errors
+    def offsets(self) -> ResumePoint:
+        """The committed version's origin and where a new streaming query starts from
+        to continue right after it (``deltasink offsets``): per source, Kafka
+        ``startingOffsets`` JSON, a Delta source's ``startingVersion``, or the files a
+        file source already delivered (every commit's, so the new query can leave them
+        out). ``exact`` is false when versions after the last recorded origin were
+        committed without one (by ``recover()``): the positions are then older than the
+        committed version.
+        """
+        return self._origins.resume_point(self._core.state().committed_version)
+
+    @named_storage_errors
+    def status(self, *, with_origin: bool = False) -> SinkStatus:
+        """The committed version and the pending versions, from the Delta logs.
+
+        Args:
+            with_origin: Also read the origin of the newest commit that recorded one
+                (:attr:`SinkStatus.origin`; one read of the target's recent history).
+        """
+        state = self._core.state()
+        return SinkStatus(
+            target=self.target,
+            staging=self.staging,
+            app_id=self.app_id,
+            engine=self.engine,
+            engine_reason=self.engine_reason,
+            committed_version=state.committed_version,
+            pending_versions=[s.version for s in state.pending],
+            pending=state.pending,
+            leftover_versions=[s.version for s in state.leftovers],
+            target_exists=self._backend.target_exists(),
+            merge=self._backend.recorded_spec(),
+            quarantined=dict(state.quarantined),
+            origin=self._origins.committed_origin(state.committed_version) if with_origin else None,
+        )
+
+    @named_storage_errors
+    def gc(
+        self, retention: timedelta | float = timedelta(days=7), *, dry_run: bool = False
+    ) -> GcResult:
+        """Expire staging data nothing needs any more, and compact the staging log.
+
+        Removes files of committed, aborted and abandoned versions (and orphans of
+        failed stagings) older than ``retention``, then checkpoints the staging log
+        and drops expired log files. Staged, pending versions are never touched.
+        Safe to run while the job runs.
+
+        Args:
+            retention: Keep unreferenced files younger than this (timedelta or
+                seconds), for time travel and forensics.
+            dry_run: Only list what would be removed.
+        """
+        seconds = retention.total_seconds() if isinstance(retention, timedelta) else retention
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
+        return self._maintenance.gc(timedelta(seconds=seconds), dry_run=dry_run)
+
+    @named_storage_errors
+    def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
+        """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``)."""
+        self._maintenance.optimize(z_order_by)
+
+    @named_storage_errors
+    def commits_since_optimize(self, limit: int = 1000) -> int:
+        """This writer's target commits since the target's last OPTIMIZE (up to
+        ``limit``), from the Delta history."""
+        return self._maintenance.commits_since_optimize(limit)
+
+    def ledger(self, spark: SparkSession | None = None, *, limit: int | None = None) -> DataFrame:
+        """The commit ledger as a Spark DataFrame, one row per committed version.
+
+        Columns: ``app_id``, ``version``, ``target_version`` (the Delta version to
+        time-travel to), ``committed_at``, ``operation``, ``rows_inserted``,
+        ``rows_updated``, ``rows_deleted``, ``execution_ms``, ``staged_rows``,
+        ``commit_versions`` (all versions of that target commit, when coalesced).
+        Register it as a view for SQL users: ``sink.ledger().createOrReplaceTempView(
+        "orders_ledger")``.
+
+        Args:
+            spark: The session to build it on (default: the sink's session, else the
+                active one, as on a cluster; the embedded engine only when there is
+                none).
+            limit: Read at most this many recent target commits.
+        """
+        session = spark or self._spark or _active_spark()
+        if session is None:
+            from deltasink.backends.embedded import embedded_spark
+
+            session = embedded_spark()
+        return session.createDataFrame(ledger_table(self.app_id, self.history(limit)))
+
+    @named_storage_errors
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """This writer's commits to the target, newest first, from the Delta history.
+
+        Args:
+            limit: Look at most at this many of the target's most recent commits.
+        """
+        return self._maintenance.history(limit)
