@@ -16,7 +16,6 @@ ENGINES = ("deltasink.backends.embedded", "deltasink.backends.spark")
 TOO_LARGE: frozenset[str] = frozenset(
     {
         "deltasink.backends.embedded.backend",
-        "deltasink.backends.embedded.publish",
         "deltasink.backends.spark.backend",
         "deltasink.backends.spark.publish",
     }

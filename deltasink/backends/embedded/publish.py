@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
+from deltalake import CommitProperties, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
@@ -22,14 +22,14 @@ from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.retry import retry
-from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
+from deltasink.shapes.merge import TARGET
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
 from .features import refuse_unwritable
-from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
-from .scd2 import created_rows, merge_history
+from .modes import WRITE_MODE, ModeBatch
+from .scd2 import created_rows
 
 __all__ = ["TargetTable"]
 
@@ -217,53 +217,8 @@ class TargetTable(TargetLog):
         )
         before = table.version()
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
-        metrics: dict[str, Any] = {}
-        if spec.mode == "append":
-            metrics["num_target_rows_inserted"] = self._append(table, values, spec, props)
-        elif spec.mode == "replace":
-            inserted, deleted = self._replace(table, values, spec, props)
-            metrics.update(num_target_rows_inserted=inserted, num_target_rows_deleted=deleted)
-        elif spec.mode == "scd2":
-            metrics = merge_history(table, values, flag, spec, props, uri=self.uri)
-        elif spec.prunable and (share := overlap(table, values, spec)) == 0.0:
-            # Insert-only fast path: no key of the batch can exist in the target, so
-            # the MERGE would only insert. Deletes of absent keys are no-ops.
-            # The append is blind (Delta checks it against nothing), so it must land on
-            # exactly the snapshot whose statistics proved the keys absent: no commit
-            # retries; a concurrent commit fails it and the next attempt decides anew.
-            rows = values if flag is None else values.filter(pc.invert(flag))
-            metrics["num_target_rows_inserted"] = self._append(
-                table, rows, spec, props, max_commit_retries=0
-            )
-        else:
-            source = values if flag is None else values.append_column(DELETE_COLUMN, flag)
-            if guard is not None:
-                source = source.append_column(GUARD_COLUMN, guard)
-            # Pruning pays when the batch's key range misses most of the target's files;
-            # when it touches most of them, the plain streamed MERGE is cheaper.
-            # Never when the MERGE deletes target rows absent from the batch: every
-            # row outside the batch's key range would be "not matched by source".
-            prune = spec.prunable and (share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST)
-            plan = compile_merge(
-                spec,
-                values.column_names,
-                has_delete=flag is not None,
-                prune=key_ranges(values, spec.keys) if prune else None,
-                has_guard=guard is not None,
-            )
-            merger = table.merge(
-                source,
-                plan.on,
-                source_alias=SOURCE,
-                target_alias=TARGET,
-                merge_schema=spec.schema_evolution,
-                # A non-streamed source lets delta-rs prune target files, but it holds
-                # the whole source in the join: large batches stream instead (memory).
-                streamed_exec=not prune or values.num_rows >= STREAM_ABOVE_ROWS,
-                commit_properties=props,
-                post_commithook_properties=post_commit_hooks(table),
-            )
-            metrics = plan.apply_to(merger).execute()
+        batch = ModeBatch(table, values, flag, guard, spec, props, self.uri)
+        metrics = WRITE_MODE[spec.mode](batch)
         if table.version() == before:
             # delta-rs makes no commit when nothing changed (an empty batch, or only
             # older sequence_by rows): commit the marker alone so the version counts.
@@ -286,68 +241,6 @@ class TargetTable(TargetLog):
             rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
             duration_s=time.perf_counter() - start,
         )
-
-    @staticmethod
-    def _append(
-        table: DeltaTable,
-        values: pa.Table,
-        spec: MergeSpec,
-        props: CommitProperties,
-        *,
-        max_commit_retries: int | None = None,
-    ) -> int:
-        """Append ``values`` (absent nullable columns filled with nulls, as Delta does).
-
-        ``max_commit_retries=0`` makes the append fail, rather than land on a newer
-        snapshot, when anyone committed since ``table`` was read."""
-        if max_commit_retries is not None:
-            props = CommitProperties(
-                custom_metadata=props.custom_metadata,
-                app_transactions=props.app_transactions,
-                max_commit_retries=max_commit_retries,
-            )
-        for column in arrow_schema(table):
-            if column.name not in values.column_names:
-                values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
-        if values.num_rows:
-            write_deltalake(
-                table,
-                values,
-                mode="append",
-                schema_mode="merge" if spec.schema_evolution else None,
-                commit_properties=props,
-                post_commithook_properties=post_commit_hooks(table),
-            )
-        return values.num_rows
-
-    @staticmethod
-    def _replace(
-        table: DeltaTable, values: pa.Table, spec: MergeSpec, props: CommitProperties
-    ) -> tuple[int, int]:
-        """Replace the rows :func:`~deltasink.shapes.merge.replace_predicate` selects with
-        ``values``, in one overwrite commit; nothing when it selects nothing (the caller
-        then commits the marker alone). Returns (rows inserted, rows deleted): delta-rs
-        reports no deleted rows for an overwrite, so they are counted first, on the
-        snapshot the overwrite replaces (files pruned by the predicate)."""
-        predicate = replace_predicate(spec, values)
-        if predicate is None:
-            return 0, 0
-        query = f"SELECT count(*) AS n FROM {TARGET} WHERE {predicate}"
-        counted = pa.table(QueryBuilder().register(TARGET, table).execute(query))
-        deleted = int(counted.column(0)[0].as_py()) if counted.num_rows else 0
-        for column in arrow_schema(table):
-            if column.name not in values.column_names:
-                values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
-        write_deltalake(
-            table,
-            values,
-            mode="overwrite",
-            predicate=predicate,
-            schema_mode="merge" if spec.schema_evolution else None,
-            commit_properties=props,
-            post_commithook_properties=post_commit_hooks(table),
-        )
-        return values.num_rows, deleted
 
     def _create(
         self, data: pa.Table, props: CommitProperties, versions: list[int]

@@ -1,0 +1,171 @@
+"""How each ``MergeSpec`` mode writes a batch into the target with delta-rs, chosen from one
+table (:data:`WRITE_MODE`): ``append``, ``replace`` (the slice the batch replaces), ``scd2``
+(the keys' history rebuilt) and ``upsert``/``insert`` (one MERGE, or a blind append when
+the target's statistics prove no key of the batch exists). Each returns delta-rs's
+metrics; the caller commits the marker alone when nothing changed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
+
+from deltasink.backends.deltalog.commits import post_commit_hooks
+from deltasink.backends.deltalog.tables import arrow_schema
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
+from deltasink.shapes.spec import MergeMode, MergeSpec
+
+from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
+from .scd2 import merge_history
+
+__all__ = ["WRITE_MODE", "ModeBatch", "append", "replace_slice"]
+
+
+class ModeBatch(NamedTuple):
+    """One attempt's batch, aligned to the target, and what its commit carries."""
+
+    #: The target as read for this attempt.
+    table: DeltaTable
+    #: The rows, aligned to the target's schema (flag and guard columns removed).
+    values: pa.Table
+    #: The ``delete_when`` flag per row, if the spec has one.
+    flag: pa.ChunkedArray[Any] | None
+    #: The sequence guard of a coalesced batch, if any.
+    guard: pa.ChunkedArray[Any] | None
+    spec: MergeSpec
+    #: The commit properties: the ``txn`` marker and the commit metadata.
+    props: CommitProperties
+    #: The target's location (for messages).
+    uri: str
+
+
+def append(
+    table: DeltaTable,
+    values: pa.Table,
+    spec: MergeSpec,
+    props: CommitProperties,
+    *,
+    max_commit_retries: int | None = None,
+) -> int:
+    """Append ``values`` (absent nullable columns filled with nulls, as Delta does).
+
+    ``max_commit_retries=0`` makes the append fail, rather than land on a newer
+    snapshot, when anyone committed since ``table`` was read."""
+    if max_commit_retries is not None:
+        props = CommitProperties(
+            custom_metadata=props.custom_metadata,
+            app_transactions=props.app_transactions,
+            max_commit_retries=max_commit_retries,
+        )
+    for column in arrow_schema(table):
+        if column.name not in values.column_names:
+            values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
+    if values.num_rows:
+        write_deltalake(
+            table,
+            values,
+            mode="append",
+            schema_mode="merge" if spec.schema_evolution else None,
+            commit_properties=props,
+            post_commithook_properties=post_commit_hooks(table),
+        )
+    return values.num_rows
+
+
+def replace_slice(
+    table: DeltaTable, values: pa.Table, spec: MergeSpec, props: CommitProperties
+) -> tuple[int, int]:
+    """Replace the rows :func:`~deltasink.shapes.merge.replace_predicate` selects with
+    ``values``, in one overwrite commit; nothing when it selects nothing (the caller
+    then commits the marker alone). Returns (rows inserted, rows deleted): delta-rs
+    reports no deleted rows for an overwrite, so they are counted first, on the
+    snapshot the overwrite replaces (files pruned by the predicate)."""
+    predicate = replace_predicate(spec, values)
+    if predicate is None:
+        return 0, 0
+    query = f"SELECT count(*) AS n FROM {TARGET} WHERE {predicate}"
+    counted = pa.table(QueryBuilder().register(TARGET, table).execute(query))
+    deleted = int(counted.column(0)[0].as_py()) if counted.num_rows else 0
+    for column in arrow_schema(table):
+        if column.name not in values.column_names:
+            values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
+    write_deltalake(
+        table,
+        values,
+        mode="overwrite",
+        predicate=predicate,
+        schema_mode="merge" if spec.schema_evolution else None,
+        commit_properties=props,
+        post_commithook_properties=post_commit_hooks(table),
+    )
+    return values.num_rows, deleted
+
+
+def _append_mode(b: ModeBatch) -> dict[str, Any]:
+    return {"num_target_rows_inserted": append(b.table, b.values, b.spec, b.props)}
+
+
+def _replace_mode(b: ModeBatch) -> dict[str, Any]:
+    inserted, deleted = replace_slice(b.table, b.values, b.spec, b.props)
+    return {"num_target_rows_inserted": inserted, "num_target_rows_deleted": deleted}
+
+
+def _scd2_mode(b: ModeBatch) -> dict[str, Any]:
+    return merge_history(b.table, b.values, b.flag, b.spec, b.props, uri=b.uri)
+
+
+def _merge_mode(b: ModeBatch) -> dict[str, Any]:
+    """``upsert`` and ``insert``: one MERGE by key, or the insert-only fast path."""
+    table, values, flag, guard, spec, props = b.table, b.values, b.flag, b.guard, b.spec, b.props
+    share = overlap(table, values, spec) if spec.prunable else None
+    if spec.prunable and share == 0.0:
+        # Insert-only fast path: no key of the batch can exist in the target, so
+        # the MERGE would only insert. Deletes of absent keys are no-ops.
+        # The append is blind (Delta checks it against nothing), so it must land on
+        # exactly the snapshot whose statistics proved the keys absent: no commit
+        # retries; a concurrent commit fails it and the next attempt decides anew.
+        rows = values if flag is None else values.filter(pc.invert(flag))
+        return {"num_target_rows_inserted": append(table, rows, spec, props, max_commit_retries=0)}
+    source = values if flag is None else values.append_column(DELETE_COLUMN, flag)
+    if guard is not None:
+        source = source.append_column(GUARD_COLUMN, guard)
+    # Pruning pays when the batch's key range misses most of the target's files;
+    # when it touches most of them, the plain streamed MERGE is cheaper.
+    # Never when the MERGE deletes target rows absent from the batch: every
+    # row outside the batch's key range would be "not matched by source".
+    prune = spec.prunable and (share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST)
+    plan = compile_merge(
+        spec,
+        values.column_names,
+        has_delete=flag is not None,
+        prune=key_ranges(values, spec.keys) if prune else None,
+        has_guard=guard is not None,
+    )
+    merger = table.merge(
+        source,
+        plan.on,
+        source_alias=SOURCE,
+        target_alias=TARGET,
+        merge_schema=spec.schema_evolution,
+        # A non-streamed source lets delta-rs prune target files, but it holds
+        # the whole source in the join: large batches stream instead (memory).
+        streamed_exec=not prune or values.num_rows >= STREAM_ABOVE_ROWS,
+        commit_properties=props,
+        post_commithook_properties=post_commit_hooks(table),
+    )
+    metrics: dict[str, Any] = plan.apply_to(merger).execute()
+    return metrics
+
+
+#: The writer of each mode.
+WRITE_MODE: dict[MergeMode, Callable[[ModeBatch], dict[str, Any]]] = {
+    "append": _append_mode,
+    "replace": _replace_mode,
+    "scd2": _scd2_mode,
+    "upsert": _merge_mode,
+    "insert": _merge_mode,
+}
