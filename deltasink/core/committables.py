@@ -100,6 +100,10 @@ class LogState:
         """Whether the target's marker covers ``version``."""
         return self.committed_version is not None and version <= self.committed_version
 
+    def pending_before(self, version: int) -> list[int]:
+        """The pending versions below ``version``, ascending."""
+        return [s.version for s in self.pending if s.version < version]
+
     def find(self, version: int) -> StagedVersion | None:
         """The staged entry for ``version``, if any."""
         return next((s for s in self.staged if s.version == version), None)

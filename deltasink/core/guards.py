@@ -4,7 +4,7 @@ MergeSpec may change, and the committed-version guard against lost txn markers."
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from deltasink.core.committables import StagedVersion
 from deltasink.errors import ConfigurationError, MarkerLostError, StagingOwnershipError
@@ -12,7 +12,7 @@ from deltasink.locations import same_location
 from deltasink.ops.layout import PROP_APP, PROP_TARGET
 from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["MarkGuard", "check_owner", "refuse_spec_change"]
+__all__ = ["MarkGuard", "check_owner", "refuse_spec_change", "spec_for_new_versions"]
 
 logger = logging.getLogger("deltasink")
 
@@ -51,6 +51,31 @@ def check_owner(props: Mapping[str, str], *, staging: str, target: str, app_id: 
             table=staging,
             app_id=app_id,
         )
+
+
+def spec_for_new_versions(
+    given: MergeSpec | None,
+    recorded: Callable[[], MergeSpec | None],
+    *,
+    app_id: str,
+    table: str,
+) -> MergeSpec:
+    """The spec new versions are staged with: the one the sink was given, else the one
+    recorded in the staging table (read only then), on both engines. (Staged versions
+    are committed with the recorded one, else this one.)
+
+    Raises:
+        ConfigurationError: Neither exists.
+    """
+    spec = given or recorded()
+    if spec is None:
+        raise ConfigurationError(
+            f"no MergeSpec given for app {app_id!r} on {table} and none is recorded in its "
+            "staging table; pass merge=MergeSpec(...).",
+            table=table,
+            app_id=app_id,
+        )
+    return spec
 
 
 def refuse_spec_change(

@@ -15,34 +15,33 @@ from typing import Literal
 
 import pyarrow as pa
 
-from deltasink import _faults
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
 from deltasink.core.coalesce import coalesce
 from deltasink.core.direct import record_mark_softly
-from deltasink.core.guards import MarkGuard, refuse_spec_change
+from deltasink.core.guards import MarkGuard, refuse_spec_change, spec_for_new_versions
 from deltasink.core.participant import DiscardReason
-from deltasink.core.pending import pending_context, schema_after
+from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
-from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
-from deltasink.input.batch import collect, prepare
+from deltasink.errors import CommitError
 from deltasink.ops.origin import ORIGIN_KEY
 from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
 from .cache import StagedCache
+from .claims import Claims
 from .fencing import Epochs
 from .maintenance import target_history
 from .publish import TargetTable
+from .schemas import SchemaFit
 from .stage import StagingWriter
-from .transfer import engine_arrow
 
 __all__ = ["EmbeddedBackend"]
 
 logger = logging.getLogger("deltasink")
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(SchemaFit, Claims):
     """The embedded engine's :class:`~deltasink.backends.ports.CommitPort`: a
     :class:`~deltasink.core.participant.Participant` over delta-rs, with fencing,
     coalescing and write-audit-publish.
@@ -112,57 +111,18 @@ class EmbeddedBackend:
 
     def spec_for_new_versions(self) -> MergeSpec:
         """The spec new versions are staged with."""
-        spec = self._spec or self.log.recorded_spec(fresh=False)
-        if spec is None:
-            raise ConfigurationError(
-                f"no MergeSpec given for app {self.app_id!r} on {self.target.uri} and none "
-                "is recorded in its staging table; pass merge=MergeSpec(...).",
-                table=self.target.uri,
-                app_id=self.app_id,
-            )
-        return spec
+        return spec_for_new_versions(
+            self._spec,
+            lambda: self.log.recorded_spec(fresh=False),
+            app_id=self.app_id,
+            table=self.target.uri,
+        )
 
     def spec_for_staged(self) -> MergeSpec:
         """The spec staged versions are committed with (the one they were staged with)."""
         return self.log.recorded_spec(fresh=False) or self.spec_for_new_versions()
 
     # -- fencing ---------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int | None:
-        """This writer's epoch, once claimed."""
-        return self._epoch
-
-    def claim(self) -> None:
-        """Take over the writer role now (``recover()`` calls this first); a no-op if
-        this backend already holds the current epoch, or if nothing is staged yet."""
-        self._fence()
-
-    def _fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
-        """Claim an epoch on first use, verify it afterwards: one read of the staging
-        log (none with ``fresh=False``: verified on the state read last, for a caller
-        whose next step is a staging commit, see :meth:`Epochs.check`). ``None``: no
-        staging table exists and none is being created (``schema`` is ``None``), so
-        there is nothing to fence.
-
-        A staging table deleted under a running sink is started over (what was staged
-        there and not committed is gone with it)."""
-        if self._epoch is not None:
-            if self.epochs.check(self._epoch, fresh=fresh) is not None:
-                return self._epoch
-            logger.warning(
-                "app %r: the staging table %s was deleted while this sink ran; versions "
-                "staged there and not committed are lost (the source must send them "
-                "again). A new staging table is created.",
-                self.app_id,
-                self.log.uri,
-            )
-            self._epoch = None
-            self._staged.clear()
-            self._schemas.clear()
-        spec = self._spec or self.log.recorded_spec()
-        self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
-        return self._epoch
 
     # -- Participant -------------------------------------------------------------------
 
@@ -199,56 +159,6 @@ class EmbeddedBackend:
         self.target.check_condition(spec)
         self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)
-
-    def _pending_before(self, version: int) -> list[int]:
-        """The versions pending before ``version``, on the state read last."""
-        state = self._state if self._state is not None else self.read_state()
-        return [s.version for s in state.pending if s.version < version]
-
-    def _schema_before(self, version: int) -> pa.Schema | None:
-        """The schema the target will have when ``version`` is published: the target's,
-        after the versions pending before it (on the state read last; the caller, the
-        core, has just read it). Accepted means publishable: a batch is checked
-        against this, by the check the publish makes.
-
-        Raises:
-            SchemaMismatchError: A pending version before it does not fit (stuck).
-        """
-        target = self.target.schema(fresh=False)
-        before = self._pending_before(version)
-        if not before:
-            return target
-        kept = {v: t.schema for v in before if (t := self._staged.get(v)) is not None}
-        kept.update({v: self._schemas[v] for v in before if v not in kept and v in self._schemas})
-        missing = [v for v in before if v not in kept]
-        if missing:
-            read = self.log.schemas(missing, fresh=False)
-            self._schemas.update(read)
-            kept.update(read)
-        return schema_after(
-            target,
-            [(v, kept[v]) for v in before if v in kept],
-            self.spec_for_staged(),
-            table=self.target.uri,
-            app_id=self.app_id,
-            check=True,
-        )
-
-    def _claim_for(self, prepared: Prepared, *, fresh: bool = True) -> int:
-        """Claim (or verify, on the state read last unless ``fresh``) the epoch and
-        record the spec and checks new versions carry; creates the staging table on
-        first use."""
-        data: pa.Table = prepared.payload
-        epoch = self._fence(data.schema, fresh=fresh)
-        assert epoch is not None
-        spec = self.spec_for_new_versions()
-        recorded = self.log.recorded_spec(fresh=False)
-        if recorded is not None and recorded != spec:
-            self.writer.record_spec(spec)
-            self.epochs.check(epoch)
-        if self._auditor.own_checks:
-            self.writer.record_checks(self._auditor.encoded())
-        return epoch
 
     def stage_prepared(self, prepared: Prepared) -> StagedVersion:
         version, data = prepared.version, prepared.payload
@@ -314,37 +224,6 @@ class EmbeddedBackend:
         if origin is not None:
             metadata[ORIGIN_KEY] = origin
         return metadata
-
-    def _announce(self, version: int, *, epoch: int | None = None) -> None:
-        """Record the publish intent for ``version`` unless already recorded (the stage
-        commit of ``write()`` carries it; other paths pay one staging commit).
-
-        ``epoch``: already verified in this call (else checked here, on a fresh read
-        of the staging log). The commit is made on the state that check read; a claim
-        since then fails it (:meth:`~.staging.StagingWriter.record_intent`)."""
-        if self._intent is not None and self._intent >= version:
-            return
-        if epoch is None:
-            epoch = self._fence()
-        if epoch is not None:
-            self.writer.record_intent(version, epoch=epoch, verified=True)
-            self._intent = version
-
-    def _prepare(
-        self, batch: object, spec: MergeSpec, expected: pa.Schema | None, version: int
-    ) -> pa.Table:
-        collected = collect(batch, spec, to_arrow=engine_arrow)
-        try:
-            data = prepare(collected, spec, expected, target=self.target.uri)
-        except SchemaMismatchError as exc:
-            before = self._pending_before(version)
-            if not before:
-                raise
-            raise pending_context(
-                exc, before, table=self.target.uri, app_id=self.app_id, version=version
-            ) from exc
-        _faults.point("stage.before_write")
-        return data
 
     def _data(self, version: int) -> pa.Table:
         kept = self._staged.get(version)

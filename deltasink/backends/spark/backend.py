@@ -10,17 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
-import pyarrow as pa
-
 from deltasink import _faults
 from deltasink.checks import Check, StagedBatch, needs_validation, run_checks, validate_on
 from deltasink.core.direct import record_mark_softly
-from deltasink.core.guards import refuse_spec_change
+from deltasink.core.guards import refuse_spec_change, spec_for_new_versions
 from deltasink.core.participant import DiscardReason
-from deltasink.core.pending import pending_context, schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
-from deltasink.errors import CommitError, ConfigurationError, SchemaMismatchError
-from deltasink.input.arrow import spark_arrow, spark_empty
+from deltasink.errors import CommitError
+from deltasink.input.arrow import spark_arrow
 from deltasink.ops.history import history_from_commits, previous_rows, user_metadata
 from deltasink.ops.layout import PROP_SPEC
 from deltasink.shapes.spec import MergeSpec
@@ -30,22 +27,18 @@ from .fencing import Fence
 from .logs import LogReader, SparkLogs
 from .maintenance import SparkMaintenance
 from .publish import TargetWriter, source_sql
+from .schemas import SchemaFit
 from .session import SparkSql
 from .stage import StagingWriter
 from .tables import Tables
 from .validate import (
-    Expected,
     PreparedFrame,
-    as_dataframe,
-    check_condition,
-    prepare_frame,
-    require_dataframe,
 )
 
 __all__ = ["SparkBackend"]
 
 
-class SparkBackend:
+class SparkBackend(SchemaFit):
     """:class:`~deltasink.core.protocol.Participant` whose Delta commits are made by Spark
     (with fencing, coalescing, write-audit-publish and direct publish).
 
@@ -131,15 +124,9 @@ class SparkBackend:
 
     def spec_for_new_versions(self) -> MergeSpec:
         """The spec new versions are staged with."""
-        spec = self._spec or self.recorded_spec()
-        if spec is None:
-            raise ConfigurationError(
-                f"no MergeSpec given for app {self.app_id!r} on {self.target} and none is "
-                "recorded in its staging table; pass merge=MergeSpec(...).",
-                table=self.target,
-                app_id=self.app_id,
-            )
-        return spec
+        return spec_for_new_versions(
+            self._spec, self.recorded_spec, app_id=self.app_id, table=self.target
+        )
 
     def spec_for_staged(self) -> MergeSpec:
         """The spec staged versions are committed with (the one they were staged with)."""
@@ -170,27 +157,6 @@ class SparkBackend:
         self._fence.claim()
 
     # -- staging -------------------------------------------------------------------------
-
-    def _prepare(self, batch: object, spec: MergeSpec, version: int) -> PreparedFrame:
-        df = as_dataframe(batch, self._sql)
-        self._sql.session(df)
-        target = self._logs.target_frame()
-        expected = self._expected(version, target)
-        try:
-            prepared = prepare_frame(
-                require_dataframe(df), spec, target, table=self.target, expected=expected
-            )
-        except SchemaMismatchError as exc:
-            if expected is None:
-                raise
-            raise pending_context(
-                exc, expected.pending, table=self.target, app_id=self.app_id, version=version
-            ) from exc
-        check_condition(spec, target, table=self.target)
-        self._validate_checks(prepared)
-        self._target_writer.check_definition(prepared.columns)
-        _faults.point("stage.before_write")
-        return prepared
 
     def _validate_checks(self, prepared: PreparedFrame) -> None:
         """Validate the checks against the prepared batch before it is staged
@@ -236,68 +202,6 @@ class SparkBackend:
             )
         prepared = self._prepare(batch, spec, version)
         return Prepared(version, prepared.rows, prepared)
-
-    def _expected(self, version: int, target: Any | None) -> Expected | None:
-        """The schema the target will have when ``version`` is published, when versions
-        are pending before it (on the state read last; the caller, the core, has just
-        read it); ``None``: none are, the target's own schema applies. Accepted means
-        publishable (:mod:`deltasink.core.pending`).
-
-        Raises:
-            SchemaMismatchError: A pending version before it does not fit (stuck).
-        """
-        state = self._state if self._state is not None else self.read_state()
-        before = [s.version for s in state.pending if s.version < version]
-        if not before:
-            return None
-        staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
-        schema = self._schema_after(before, staging, target)
-        if schema is None:
-            return None
-        types = {f.name: f.dataType for f in staging.schema.fields}
-        if target is not None:
-            types.update({f.name: f.dataType for f in target.schema.fields})
-        return Expected(schema, types, tuple(before))
-
-    def _schema_after(
-        self, versions: Sequence[int], staging: Any, target: Any | None
-    ) -> pa.Schema | None:
-        """:func:`~deltasink.core.pending.schema_after` (checking each version) for staged
-        ``versions``, from the staging table's schema and each version's columns."""
-        arrow = spark_empty(staging).schema
-        # (a column of an empty version may be absent: Spark wrote no file for it)
-        staged = [
-            (v, pa.schema([arrow.field(c) for c in self._logs.columns(v) if c in arrow.names]))
-            for v in versions
-        ]
-        return schema_after(
-            None if target is None else spark_empty(target).schema,
-            staged,
-            self.spec_for_staged(),
-            table=self.target,
-            app_id=self.app_id,
-            check=True,
-        )
-
-    def _check_fits(self, versions: Sequence[int]) -> None:
-        """Before a publish: the staged ``versions`` fit the target one after the other,
-        by the check ``pre_commit`` makes (a version staged by an earlier release may
-        not), so the error names the way out. Costs nothing beyond two schema reads
-        when every staged column is a target column of the same type.
-
-        Raises:
-            SchemaMismatchError: A version does not fit.
-        """
-        target = self._logs.target_frame()
-        if target is None:
-            return  # the first version creates it; the others: publish_many's rule
-        staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
-        found = {f.name: f.dataType for f in target.schema.fields}
-        staged = {f.name: f.dataType for f in staging.schema.fields}
-        columns = {c for v in versions for c in self._logs.columns(v)}
-        if all(found.get(c) == staged.get(c) for c in columns):
-            return
-        self._schema_after(versions, staging, target)
 
     def _claim_for(self, prepared: PreparedFrame) -> int:
         """Create the staging table on first use, claim (or check) the epoch, and record

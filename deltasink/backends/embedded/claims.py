@@ -1,0 +1,109 @@
+"""The writer role on the embedded engine: the epoch claimed in the staging table on first
+use and verified before every write (a staging table deleted under a running sink is
+started over), and the publish intent recorded before a target commit."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from deltasink.backends.deltalog.staging import StagingLog
+from deltasink.core.protocol import Prepared
+from deltasink.shapes.spec import MergeSpec
+
+from .audit import Auditor
+from .cache import StagedCache
+from .fencing import Epochs
+from .stage import StagingWriter
+
+__all__ = ["Claims"]
+
+logger = logging.getLogger("deltasink")
+
+
+class Claims:
+    """A base of :class:`EmbeddedBackend` (whose attributes these methods use)."""
+
+    app_id: str
+    log: StagingLog
+    writer: StagingWriter
+    epochs: Epochs
+    _auditor: Auditor
+    _spec: MergeSpec | None
+    _staged: StagedCache
+    _schemas: dict[int, pa.Schema]
+    _epoch: int | None
+    _intent: int | None
+
+    if TYPE_CHECKING:
+
+        def spec_for_new_versions(self) -> MergeSpec: ...
+
+    @property
+    def epoch(self) -> int | None:
+        """This writer's epoch, once claimed."""
+        return self._epoch
+
+    def claim(self) -> None:
+        """Take over the writer role now (``recover()`` calls this first); a no-op if
+        this backend already holds the current epoch, or if nothing is staged yet."""
+        self._fence()
+
+    def _fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
+        """Claim an epoch on first use, verify it afterwards: one read of the staging
+        log (none with ``fresh=False``: verified on the state read last, for a caller
+        whose next step is a staging commit, see :meth:`Epochs.check`). ``None``: no
+        staging table exists and none is being created (``schema`` is ``None``), so
+        there is nothing to fence.
+
+        A staging table deleted under a running sink is started over (what was staged
+        there and not committed is gone with it)."""
+        if self._epoch is not None:
+            if self.epochs.check(self._epoch, fresh=fresh) is not None:
+                return self._epoch
+            logger.warning(
+                "app %r: the staging table %s was deleted while this sink ran; versions "
+                "staged there and not committed are lost (the source must send them "
+                "again). A new staging table is created.",
+                self.app_id,
+                self.log.uri,
+            )
+            self._epoch = None
+            self._staged.clear()
+            self._schemas.clear()
+        spec = self._spec or self.log.recorded_spec()
+        self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
+        return self._epoch
+
+    def _claim_for(self, prepared: Prepared, *, fresh: bool = True) -> int:
+        """Claim (or verify, on the state read last unless ``fresh``) the epoch and
+        record the spec and checks new versions carry; creates the staging table on
+        first use."""
+        data: pa.Table = prepared.payload
+        epoch = self._fence(data.schema, fresh=fresh)
+        assert epoch is not None
+        spec = self.spec_for_new_versions()
+        recorded = self.log.recorded_spec(fresh=False)
+        if recorded is not None and recorded != spec:
+            self.writer.record_spec(spec)
+            self.epochs.check(epoch)
+        if self._auditor.own_checks:
+            self.writer.record_checks(self._auditor.encoded())
+        return epoch
+
+    def _announce(self, version: int, *, epoch: int | None = None) -> None:
+        """Record the publish intent for ``version`` unless already recorded (the stage
+        commit of ``write()`` carries it; other paths pay one staging commit).
+
+        ``epoch``: already verified in this call (else checked here, on a fresh read
+        of the staging log). The commit is made on the state that check read; a claim
+        since then fails it (:meth:`~.staging.StagingWriter.record_intent`)."""
+        if self._intent is not None and self._intent >= version:
+            return
+        if epoch is None:
+            epoch = self._fence()
+        if epoch is not None:
+            self.writer.record_intent(version, epoch=epoch, verified=True)
+            self._intent = version

@@ -1,0 +1,90 @@
+"""What a batch must fit on the embedded engine: the schema the target will have once the
+versions pending before it are published (:mod:`deltasink.core.pending`), and the batch
+collected and validated against it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from deltasink import _faults
+from deltasink.backends.deltalog.staging import StagingLog
+from deltasink.core.committables import LogState
+from deltasink.core.pending import pending_context, schema_after
+from deltasink.errors import SchemaMismatchError
+from deltasink.input.batch import collect, prepare
+from deltasink.shapes.spec import MergeSpec
+
+from .cache import StagedCache
+from .publish import TargetTable
+from .transfer import engine_arrow
+
+__all__ = ["SchemaFit"]
+
+
+class SchemaFit:
+    """A base of :class:`EmbeddedBackend` (whose attributes these methods use)."""
+
+    app_id: str
+    target: TargetTable
+    log: StagingLog
+    _staged: StagedCache
+    _schemas: dict[int, pa.Schema]
+    _state: LogState | None
+
+    if TYPE_CHECKING:
+
+        def read_state(self) -> LogState: ...
+
+        def spec_for_staged(self) -> MergeSpec: ...
+
+    def _pending_before(self, version: int) -> list[int]:
+        """The versions pending before ``version``, on the state read last."""
+        state = self._state if self._state is not None else self.read_state()
+        return state.pending_before(version)
+
+    def _schema_before(self, version: int) -> pa.Schema | None:
+        """The schema the target will have when ``version`` is published: the target's,
+        after the versions pending before it (on the state read last; the caller, the
+        core, has just read it). Accepted means publishable: a batch is checked
+        against this, by the check the publish makes.
+
+        Raises:
+            SchemaMismatchError: A pending version before it does not fit (stuck).
+        """
+        target = self.target.schema(fresh=False)
+        before = self._pending_before(version)
+        if not before:
+            return target
+        kept = {v: t.schema for v in before if (t := self._staged.get(v)) is not None}
+        kept.update({v: self._schemas[v] for v in before if v not in kept and v in self._schemas})
+        missing = [v for v in before if v not in kept]
+        if missing:
+            read = self.log.schemas(missing, fresh=False)
+            self._schemas.update(read)
+            kept.update(read)
+        return schema_after(
+            target,
+            [(v, kept[v]) for v in before if v in kept],
+            self.spec_for_staged(),
+            table=self.target.uri,
+            app_id=self.app_id,
+            check=True,
+        )
+
+    def _prepare(
+        self, batch: object, spec: MergeSpec, expected: pa.Schema | None, version: int
+    ) -> pa.Table:
+        collected = collect(batch, spec, to_arrow=engine_arrow)
+        try:
+            data = prepare(collected, spec, expected, target=self.target.uri)
+        except SchemaMismatchError as exc:
+            before = self._pending_before(version)
+            if not before:
+                raise
+            raise pending_context(
+                exc, before, table=self.target.uri, app_id=self.app_id, version=version
+            ) from exc
+        _faults.point("stage.before_write")
+        return data

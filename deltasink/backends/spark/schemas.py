@@ -1,0 +1,134 @@
+"""What a batch must fit on the spark engine: the schema the target will have once the
+versions pending before it are published (:mod:`deltasink.core.pending`), the batch
+validated against it, and staged versions checked before a publish."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from deltasink import _faults
+from deltasink.core.committables import LogState
+from deltasink.core.pending import pending_context, schema_after
+from deltasink.errors import SchemaMismatchError
+from deltasink.input.arrow import spark_empty
+from deltasink.shapes.spec import MergeSpec
+
+from .logs import SparkLogs
+from .publish import TargetWriter
+from .session import SparkSql
+from .validate import (
+    Expected,
+    PreparedFrame,
+    as_dataframe,
+    check_condition,
+    prepare_frame,
+    require_dataframe,
+)
+
+__all__ = ["SchemaFit"]
+
+
+class SchemaFit:
+    """A base of :class:`SparkBackend` (whose attributes these methods use)."""
+
+    app_id: str
+    target: str
+    staging_ref: str
+    _sql: SparkSql
+    _logs: SparkLogs
+    _target_writer: TargetWriter
+    _state: LogState | None
+
+    if TYPE_CHECKING:
+
+        def read_state(self) -> LogState: ...
+
+        def spec_for_staged(self) -> MergeSpec: ...
+
+        def _validate_checks(self, prepared: PreparedFrame) -> None: ...
+
+    def _prepare(self, batch: object, spec: MergeSpec, version: int) -> PreparedFrame:
+        df = as_dataframe(batch, self._sql)
+        self._sql.session(df)
+        target = self._logs.target_frame()
+        expected = self._expected(version, target)
+        try:
+            prepared = prepare_frame(
+                require_dataframe(df), spec, target, table=self.target, expected=expected
+            )
+        except SchemaMismatchError as exc:
+            if expected is None:
+                raise
+            raise pending_context(
+                exc, expected.pending, table=self.target, app_id=self.app_id, version=version
+            ) from exc
+        check_condition(spec, target, table=self.target)
+        self._validate_checks(prepared)
+        self._target_writer.check_definition(prepared.columns)
+        _faults.point("stage.before_write")
+        return prepared
+
+    def _expected(self, version: int, target: Any | None) -> Expected | None:
+        """The schema the target will have when ``version`` is published, when versions
+        are pending before it (on the state read last; the caller, the core, has just
+        read it); ``None``: none are, the target's own schema applies. Accepted means
+        publishable (:mod:`deltasink.core.pending`).
+
+        Raises:
+            SchemaMismatchError: A pending version before it does not fit (stuck).
+        """
+        state = self._state if self._state is not None else self.read_state()
+        before = state.pending_before(version)
+        if not before:
+            return None
+        staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
+        schema = self._schema_after(before, staging, target)
+        if schema is None:
+            return None
+        types = {f.name: f.dataType for f in staging.schema.fields}
+        if target is not None:
+            types.update({f.name: f.dataType for f in target.schema.fields})
+        return Expected(schema, types, tuple(before))
+
+    def _schema_after(
+        self, versions: Sequence[int], staging: Any, target: Any | None
+    ) -> pa.Schema | None:
+        """:func:`~deltasink.core.pending.schema_after` (checking each version) for staged
+        ``versions``, from the staging table's schema and each version's columns."""
+        arrow = spark_empty(staging).schema
+        # (a column of an empty version may be absent: Spark wrote no file for it)
+        staged = [
+            (v, pa.schema([arrow.field(c) for c in self._logs.columns(v) if c in arrow.names]))
+            for v in versions
+        ]
+        return schema_after(
+            None if target is None else spark_empty(target).schema,
+            staged,
+            self.spec_for_staged(),
+            table=self.target,
+            app_id=self.app_id,
+            check=True,
+        )
+
+    def _check_fits(self, versions: Sequence[int]) -> None:
+        """Before a publish: the staged ``versions`` fit the target one after the other,
+        by the check ``pre_commit`` makes (a version staged by an earlier release may
+        not), so the error names the way out. Costs nothing beyond two schema reads
+        when every staged column is a target column of the same type.
+
+        Raises:
+            SchemaMismatchError: A version does not fit.
+        """
+        target = self._logs.target_frame()
+        if target is None:
+            return  # the first version creates it; the others: publish_many's rule
+        staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
+        found = {f.name: f.dataType for f in target.schema.fields}
+        staged = {f.name: f.dataType for f in staging.schema.fields}
+        columns = {c for v in versions for c in self._logs.columns(v)}
+        if all(found.get(c) == staged.get(c) for c in columns):
+            return
+        self._schema_after(versions, staging, target)
