@@ -3,6 +3,7 @@ back with ``DESCRIBE DETAIL`` to check an existing target against it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from deltasink.input.sql import quote
@@ -12,7 +13,7 @@ from deltasink.shapes.table import TableDefinition, TableSpec
 from .session import SparkSql
 from .tables import Tables, ddl_columns, props_sql, sql_string
 
-__all__ = ["create_target", "read_definition"]
+__all__ = ["create_target", "read_definition", "string_partitions"]
 
 
 def read_definition(sql: SparkSql, ref: str) -> TableDefinition:
@@ -47,3 +48,18 @@ def create_target(sql: SparkSql, tables: Tables, schema: Any, spec: TableSpec) -
         + " ".join(clauses),
         user_metadata=user_metadata("create", tables.app_id, None),
     )
+
+
+def string_partitions(sql: SparkSql, ref: str, columns: Sequence[str], target: Any) -> list[str]:
+    """The ``columns`` that are string partition columns of the target (a Spark
+    DataFrame): Delta-Spark stores their empty string as null and reads it back so,
+    so a batch's ``''`` must match a null there. ``DESCRIBE DETAIL`` runs only when
+    one of ``columns`` is a string column."""
+    from pyspark.sql.types import StringType
+
+    types = {f.name: f.dataType for f in target.schema.fields}
+    strings = [c for c in columns if isinstance(types.get(c), StringType)]
+    if not strings:
+        return []
+    partitions = set(read_definition(sql, ref).partition_by)
+    return [c for c in strings if c in partitions]

@@ -12,10 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from deltasink.input.arrow import spark_arrow
 from deltasink.input.sql import quote
+from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.shapes.merge import key_ranges
 
-__all__ = ["bound_exprs", "predicate_from_bounds", "prunable_keys"]
+__all__ = ["bound_exprs", "key_prune", "predicate_from_bounds", "prunable_keys"]
 
 #: Key types pruned by range: their bounds are literals that read the same in Spark SQL
 #: as in :func:`~deltasink.shapes.merge.key_ranges` (whose string literals are DataFusion's, and
@@ -58,3 +60,31 @@ def _array(value: Any) -> pa.Array[Any]:
     if isinstance(value, pa.ChunkedArray):
         return value.combine_chunks()
     return value if isinstance(value, pa.Array) else pa.array([value])
+
+
+def key_prune(
+    spark: Any, staging_ref: str, versions: Sequence[int], keys: Sequence[str], target: Any
+) -> str | None:
+    """The embedded engine's key-range predicate (:func:`~deltasink.shapes.merge.key_ranges`)
+    for the staged rows of ``versions``, so the MERGE skips target files whose key
+    statistics cannot match: the bounds come from ONE aggregation over the staged
+    partitions. Only integer and date keys (in the target and the staging table).
+
+    Args:
+        spark: The session.
+        staging_ref: The staging table.
+        versions: The versions committed together.
+        keys: The merge keys.
+        target: The target's Spark schema (``StructType``).
+    """
+    prunable = prunable_keys(keys, target)
+    if not prunable:
+        return None
+    listed = ", ".join(str(v) for v in versions)
+    row: pa.Table = spark_arrow(
+        spark.sql(
+            f"SELECT {', '.join(bound_exprs(prunable))} FROM {staging_ref} "
+            f"WHERE {quote(VERSION_COLUMN)} IN ({listed})"
+        )
+    )
+    return predicate_from_bounds({n: row.column(n) for n in row.column_names}, prunable)

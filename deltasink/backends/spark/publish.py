@@ -29,17 +29,17 @@ from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec, check_definition
 
 from .conf import delta_txn
-from .definition import create_target, read_definition
+from .definition import create_target, read_definition, string_partitions
 from .errors import is_conflict
 from .fencing import Fence
 from .logs import SparkLogs
-from .prune import bound_exprs, predicate_from_bounds, prunable_keys
+from .prune import key_prune
 from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
 from .tables import RANK_COLUMN, Tables, fill_select, struct
 from .validate import PreparedFrame
 
-__all__ = ["TargetWriter", "Unstaged", "guarded", "key_prune", "merge_sql", "source_sql"]
+__all__ = ["TargetWriter", "Unstaged", "guarded", "merge_sql", "source_sql"]
 
 logger = logging.getLogger("deltasink")
 
@@ -123,9 +123,9 @@ def merge_sql(
 ) -> str:
     """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
     :class:`~deltasink.shapes.merge.MergePlan` the embedded engine runs; ``prune`` (see
-    :func:`key_prune`) is added to its join condition; ``has_guard``: the source
+    :func:`.prune.key_prune`) is added to its join condition; ``has_guard``: the source
     carries the sequence guard (:func:`guarded`); ``empty_as_null``: see
-    :func:`string_partitions`."""
+    :func:`.definition.string_partitions`."""
     plan = compile_merge(
         spec,
         columns,
@@ -136,49 +136,6 @@ def merge_sql(
         empty_as_null=empty_as_null,
     )
     return plan.to_sql(target_ref, f"({source})")
-
-
-def string_partitions(sql: SparkSql, ref: str, columns: Sequence[str], target: Any) -> list[str]:
-    """The ``columns`` that are string partition columns of the target (a Spark
-    DataFrame): Delta-Spark stores their empty string as null and reads it back so,
-    so a batch's ``''`` must match a null there. ``DESCRIBE DETAIL`` runs only when
-    one of ``columns`` is a string column."""
-    from pyspark.sql.types import StringType
-
-    types = {f.name: f.dataType for f in target.schema.fields}
-    strings = [c for c in columns if isinstance(types.get(c), StringType)]
-    if not strings:
-        return []
-    partitions = set(read_definition(sql, ref).partition_by)
-    return [c for c in strings if c in partitions]
-
-
-def key_prune(
-    spark: Any, staging_ref: str, versions: Sequence[int], keys: Sequence[str], target: Any
-) -> str | None:
-    """The embedded engine's key-range predicate (:func:`~deltasink.shapes.merge.key_ranges`)
-    for the staged rows of ``versions``, so the MERGE skips target files whose key
-    statistics cannot match: the bounds come from ONE aggregation over the staged
-    partitions. Only integer and date keys (in the target and the staging table).
-
-    Args:
-        spark: The session.
-        staging_ref: The staging table.
-        versions: The versions committed together.
-        keys: The merge keys.
-        target: The target's Spark schema (``StructType``).
-    """
-    prunable = prunable_keys(keys, target)
-    if not prunable:
-        return None
-    listed = ", ".join(str(v) for v in versions)
-    row: pa.Table = spark_arrow(
-        spark.sql(
-            f"SELECT {', '.join(bound_exprs(prunable))} FROM {staging_ref} "
-            f"WHERE {quote(VERSION_COLUMN)} IN ({listed})"
-        )
-    )
-    return predicate_from_bounds({n: row.column(n) for n in row.column_names}, prunable)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def history_changes(
         target: The target as a DataFrame, or ``None`` if it does not exist yet.
         spec: A ``scd2`` spec.
         blank: Key columns whose empty string the target reads back as null
-            (:func:`.publish.string_partitions`): read as ``''`` again here.
+            (:func:`.definition.string_partitions`): read as ``''`` again here.
     """
     from pyspark.sql.types import BooleanType, StructField, StructType
 
