@@ -33,7 +33,7 @@ STEPS = (
     ("deltasink.backends.embedded.stage", "StagingWriter.append"),
     ("deltasink.backends.deltalog.staging", "StagingLog.read"),
     ("deltasink.backends.embedded.backend", "coalesce"),
-    ("deltasink.backends.embedded.publish", "TargetTable.apply"),
+    ("deltasink.backends.embedded.publish", "TargetWriter.apply"),
     ("deltasink.backends.embedded.publish", "align_to_target"),
     ("deltalake.table", "TableMerger.execute"),
     ("deltalake.writer", "write_deltalake"),

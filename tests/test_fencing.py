@@ -14,7 +14,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from deltasink import CommitError, DeltaSink, FencedError, MergeSpec
 from deltasink._faults import armed
-from deltasink.backends.embedded.publish import TargetTable
+from deltasink.backends.embedded.publish import TargetWriter as TargetTable
 from tests import support
 
 APPEND = MergeSpec(mode="append")

@@ -19,7 +19,7 @@ from deltasink.backends.ports import EngineParts, SinkConfig
 
 from .backend import EmbeddedBackend
 from .maintenance import EmbeddedMaintenance
-from .publish import TargetTable
+from .publish import TargetWriter
 from .sail import embedded_spark, stop_embedded_spark
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 
 def connect(config: SinkConfig) -> EngineParts:
     """Open one writer's tables on the embedded engine (nothing is read or written yet)."""
-    target = TargetTable(
+    target = TargetWriter(
         config.target,
         storage_options=config.storage_options,
         max_attempts=config.max_commit_attempts,

@@ -30,9 +30,9 @@ from deltasink.shapes.spec import MergeSpec
 from .audit import Auditor
 from .cache import StagedCache
 from .claims import Claims
-from .fencing import Epochs
+from .fencing import Fence
 from .maintenance import target_history
-from .publish import TargetTable
+from .publish import TargetWriter
 from .schemas import SchemaFit
 from .stage import StagingWriter
 
@@ -69,7 +69,7 @@ class EmbeddedBackend(SchemaFit, Claims):
     def __init__(
         self,
         *,
-        target: TargetTable,
+        target: TargetWriter,
         staging: StagingLog,
         app_id: str,
         spec: MergeSpec | None,
@@ -79,7 +79,7 @@ class EmbeddedBackend(SchemaFit, Claims):
     ) -> None:
         self.target = target
         self.log = staging
-        self.epochs = Epochs(staging)
+        self.epochs = Fence(staging)
         self.writer = StagingWriter(staging, self.epochs)
         self.app_id = app_id
         self._spec = spec

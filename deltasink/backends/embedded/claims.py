@@ -15,7 +15,7 @@ from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
 from .cache import StagedCache
-from .fencing import Epochs
+from .fencing import Fence
 from .stage import StagingWriter
 
 __all__ = ["Claims"]
@@ -29,7 +29,7 @@ class Claims:
     app_id: str
     log: StagingLog
     writer: StagingWriter
-    epochs: Epochs
+    epochs: Fence
     _auditor: Auditor
     _spec: MergeSpec | None
     _staged: StagedCache
@@ -54,7 +54,7 @@ class Claims:
     def _fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
         """Claim an epoch on first use, verify it afterwards: one read of the staging
         log (none with ``fresh=False``: verified on the state read last, for a caller
-        whose next step is a staging commit, see :meth:`Epochs.check`). ``None``: no
+        whose next step is a staging commit, see :meth:`Fence.check`). ``None``: no
         staging table exists and none is being created (``schema`` is ``None``), so
         there is nothing to fence.
 

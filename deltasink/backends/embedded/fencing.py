@@ -30,7 +30,7 @@ from deltasink.ops.layout import (
 from deltasink.retry import retry
 from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["LOG_SETTINGS", "Epochs"]
+__all__ = ["LOG_SETTINGS", "Fence"]
 
 logger = logging.getLogger("deltasink")
 
@@ -54,7 +54,7 @@ _EARLIER_RETENTION = "interval 1 hours"
 OBJECT_STORE_CHECKPOINT_INTERVAL = 10
 
 
-class Epochs:
+class Fence:
     """The writer epoch of a staging table (and its creation, which the first claim
     does).
 

@@ -11,12 +11,12 @@ from deltasink.core.committables import GcResult
 from deltasink.ops.history import HistoryEntry, count_since_optimize, history_from_commits
 
 from .gc import StagingGc
-from .publish import TargetTable
+from .publish import TargetWriter
 
 __all__ = ["EmbeddedMaintenance", "target_history"]
 
 
-def target_history(target: TargetTable, app_id: str, limit: int | None) -> list[HistoryEntry]:
+def target_history(target: TargetWriter, app_id: str, limit: int | None) -> list[HistoryEntry]:
     """``app_id``'s commits to ``target``, newest first, among its ``limit`` latest."""
     table = target.open()
     if table is None:
@@ -32,7 +32,7 @@ class EmbeddedMaintenance:
         staging: The staging table's reader.
     """
 
-    def __init__(self, target: TargetTable, staging: StagingLog) -> None:
+    def __init__(self, target: TargetWriter, staging: StagingLog) -> None:
         self.target = target
         self.app_id = staging.app_id
         self._gc = StagingGc(staging)

@@ -31,10 +31,10 @@ from .features import refuse_unwritable
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 
-__all__ = ["TargetTable"]
+__all__ = ["TargetWriter"]
 
 
-class TargetTable(TargetLog):
+class TargetWriter(TargetLog):
     """The target Delta table of a sink, written with delta-rs (read as :class:`TargetLog`).
 
     Args:

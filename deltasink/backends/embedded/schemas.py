@@ -17,7 +17,7 @@ from deltasink.input.batch import collect, prepare
 from deltasink.shapes.spec import MergeSpec
 
 from .cache import StagedCache
-from .publish import TargetTable
+from .publish import TargetWriter
 from .transfer import engine_arrow
 
 __all__ = ["SchemaFit"]
@@ -27,7 +27,7 @@ class SchemaFit:
     """A base of :class:`EmbeddedBackend` (whose attributes these methods use)."""
 
     app_id: str
-    target: TargetTable
+    target: TargetWriter
     log: StagingLog
     _staged: StagedCache
     _schemas: dict[int, pa.Schema]

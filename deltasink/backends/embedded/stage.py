@@ -45,7 +45,7 @@ from deltasink.ops.layout import (
 from deltasink.ops.origin import ORIGIN_KEY
 from deltasink.shapes.spec import MergeSpec
 
-from .fencing import Epochs
+from .fencing import Fence
 
 __all__ = ["STAGING_PARQUET", "StagingWriter"]
 
@@ -67,7 +67,7 @@ class StagingWriter:
         epochs: Its fencing.
     """
 
-    def __init__(self, log: StagingLog, epochs: Epochs) -> None:
+    def __init__(self, log: StagingLog, epochs: Fence) -> None:
         self.log = log
         self.epochs = epochs
 

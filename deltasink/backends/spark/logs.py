@@ -1,31 +1,27 @@
-"""Reading the two Delta logs for the Spark backend: through delta-rs when both tables
-are paths it can open (the target's ``txn`` version, the staging snapshot's
-partitions), otherwise through Spark (``SHOW TBLPROPERTIES``, ``DESCRIBE HISTORY`` and
-a ``GROUP BY`` over the staging partitions). Either way the staging history feeds the
-:class:`~deltasink.backends.spark.ledger.StagingLedger` (empty versions, columns).
-"""
+"""What the two Delta logs say for one writer on the spark engine: its state (committed
+version, staged and quarantined versions), the staging ledger (empty versions, columns,
+origins) and the recorded spec, built on one of the two raw readers of
+:mod:`~deltasink.backends.spark.readers` (delta-rs for path tables it can open, Spark
+otherwise)."""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any, Literal
 
 from deltasink.backends.deltalog.staging import StagingLog
-from deltasink.backends.deltalog.target import TargetLog
-from deltasink.core.guards import MarkGuard, check_owner
+from deltasink.core.guards import MarkGuard
 from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
-from deltasink.input.sql import DELETE_COLUMN, quote
+from deltasink.input.sql import DELETE_COLUMN
 from deltasink.locations import is_local
-from deltasink.ops.history import history_from_commits
 from deltasink.ops.layout import PROP_SPEC, VERSION_COLUMN, Quarantine
 from deltasink.shapes.spec import MergeSpec
 
-from .errors import is_missing
 from .ledger import StagingLedger, new_commits
+from .readers import DeltaRsSource, LogSource, SparkSource
 from .session import SparkSql
 from .tables import Tables
 
@@ -77,27 +73,19 @@ class SparkLogs:
     ) -> None:
         self._sql = sql
         self.tables = tables
-        self._rs: tuple[TargetLog, StagingLog] | None = None
-        if _uses_delta_rs(reader, tables, storage_options):
-            self._rs = (
-                TargetLog(tables.target, storage_options=storage_options),
-                StagingLog(
-                    tables.staging,
-                    target=tables.target,
-                    app_id=tables.app_id,
-                    storage_options=storage_options,
-                ),
-            )
-        self.reader: Literal["delta-rs", "spark"] = "delta-rs" if self._rs else "spark"
+        self._source: LogSource = (
+            DeltaRsSource(tables, storage_options)
+            if _uses_delta_rs(reader, tables, storage_options)
+            else SparkSource(sql, tables)
+        )
+        self.reader: Literal["delta-rs", "spark"] = self._source.name
         self.ledger = StagingLedger(tables.app_id)
-        self._target_through: int | None = None
-        self._target_committed: int | None = None
         self._guard = MarkGuard(tables.app_id, tables.target)
 
     @property
     def delta_rs_staging(self) -> StagingLog | None:
         """The staging table as delta-rs reads it, when delta-rs reads the logs."""
-        return None if self._rs is None else self._rs[1]
+        return self._source.delta_rs_staging
 
     def check_publish(self, version: int) -> None:
         """Refuse ``version`` if the last state read showed the target's marker lost
@@ -108,19 +96,7 @@ class SparkLogs:
 
     def staging_props(self) -> dict[str, str] | None:
         """The staging table's properties (ownership checked), ``None`` if absent."""
-        if self._rs is not None:
-            table = self._rs[1].open()  # checks the owner
-            return None if table is None else dict(table.metadata().configuration)
-        t = self.tables
-        try:
-            rows = self._sql.sql(f"SHOW TBLPROPERTIES {t.staging_ref}")
-        except Exception as exc:
-            if is_missing(exc):
-                return None
-            raise
-        props = {str(r[0]): str(r[1]) for r in rows}
-        check_owner(props, staging=t.staging, target=t.target, app_id=t.app_id)
-        return props
+        return self._source.staging_props()
 
     def recorded_spec(self, props: Mapping[str, str] | None = None) -> MergeSpec | None:
         """The MergeSpec recorded in the staging table, if any (in ``props``, the
@@ -132,10 +108,7 @@ class SparkLogs:
 
     def staging_commits(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` staging commits, newest first."""
-        if self._rs is not None:
-            table = self._rs[1].open()
-            return [] if table is None else list(table.history(limit))
-        return self._sql.history(self.tables.staging_ref, limit)
+        return self._source.staging_commits(limit)
 
     def staging_schema(self) -> Any:
         """The staging table's Spark schema."""
@@ -143,20 +116,7 @@ class SparkLogs:
 
     def partitions(self) -> tuple[StagedVersion, ...]:
         """Staged versions that have data files (the staging table's partitions)."""
-        if self._rs is not None:
-            return self._rs[1].versions()
-        rows = self._sql.sql(
-            f"SELECT {quote(VERSION_COLUMN)} AS v, count(1) AS n, "
-            "unix_millis(min(_metadata.file_modification_time)) AS t "
-            f"FROM {self.tables.staging_ref} GROUP BY {quote(VERSION_COLUMN)}"
-        )
-        found = [
-            StagedVersion(
-                int(r["v"]), int(r["n"]), datetime.fromtimestamp(r["t"] / 1000, timezone.utc)
-            )
-            for r in rows
-        ]
-        return tuple(sorted(found, key=lambda s: s.version))
+        return self._source.partitions()
 
     def read_ledger(self, committed: int | None) -> StagingLedger:
         """The ledger, brought up to the staging table's latest commit."""
@@ -195,49 +155,17 @@ class SparkLogs:
 
     def target_commits(self, limit: int | None) -> list[dict[str, Any]]:
         """The newest ``limit`` target commits (all of them: ``None``), newest first."""
-        if self._rs is not None:
-            table = self._rs[0].open()
-            return [] if table is None else list(table.history(limit))
-        return self._sql.history(self.tables.target_ref, limit or 1_000_000)
+        return self._source.target_commits(limit)
 
     def committed(self) -> int | None:
         """The target's committed version: its ``txn`` through delta-rs, else the newest
         deltasink commit of the app in ``DESCRIBE HISTORY`` (``None`` when none is found
         in the recent history: Delta's ``txn`` check then skips re-applied versions)."""
-        app_id, ref = self.tables.app_id, self.tables.target_ref
-        if self._rs is not None:
-            return self._rs[0].committed_version(app_id)
-        latest = self._sql.history(ref, 1)
-        if not latest:
-            self._target_through = self._target_committed = None
-            return None
-        if self._target_through is not None and int(latest[0]["version"]) < self._target_through:
-            self._target_through = self._target_committed = None  # the table was recreated
-        fresh = new_commits(
-            lambda n: self._sql.history(ref, n),
-            self._target_through,
-            lambda c: bool(history_from_commits([c], app_id)),
-        )
-        for entry in history_from_commits(reversed(fresh), app_id):
-            if self._target_committed is None or entry.version > self._target_committed:
-                self._target_committed = entry.version
-        self._target_through = int(latest[0]["version"])
-        return self._target_committed
+        return self._source.committed()
 
     def target_exists(self) -> bool:
         """Whether the target table exists yet."""
-        if self._rs is not None:
-            return self._rs[0].open() is not None
-        spark = self._sql.session()
-        if self.tables.target_in_catalog:
-            return bool(spark.catalog.tableExists(self.tables.target))
-        try:
-            spark.sql(f"SELECT * FROM {self.tables.target_ref} LIMIT 0").schema  # noqa: B018
-        except Exception as exc:
-            if is_missing(exc):
-                return False
-            raise
-        return True
+        return self._source.target_exists()
 
     def target_frame(self) -> Any | None:
         """The target as a Spark DataFrame (for its schema), or ``None`` if absent."""
@@ -259,15 +187,7 @@ class SparkLogs:
         if props is None:
             return LogState(committed, ())
         ledger = self.read_ledger(committed)
-        mark = ledger.mark
-        if self._rs is not None:
-            rs_mark = self._rs[1].committed_mark()
-            if rs_mark is not None and (mark is None or rs_mark > mark):
-                mark = rs_mark
-        if self._rs is not None:  # the target's own marker was read: warn on a gap
-            committed = self._guard.committed(committed, mark)
-        elif mark is not None and (committed is None or mark > committed):
-            committed = mark
+        committed = self._source.settle(committed, ledger.mark, self._guard)
         parts = self.partitions()
         have = {s.version for s in parts}
         empties = [
