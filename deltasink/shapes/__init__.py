@@ -1,1 +1,2 @@
-"""What a version does to a table: ``MergeSpec``, the compiled MERGE plan, SCD2, ``TableSpec``, schema rules and the SQL a user writes."""
+"""What a version does to a table: ``MergeSpec`` and its rules, the compiled MERGE plan,
+SCD2, ``TableSpec``, schema rules, the built-in checks and the SQL a user writes."""

@@ -1,8 +1,9 @@
 """Reading the staging table: what is staged, what is recorded, and the staged rows.
 
-One :class:`StagingLog` holds the table's latest snapshot; the other parts of the
-staging table (:mod:`.fencing`, :mod:`.writes`, :mod:`.gc`) refresh and read it
-through this object, so one call of the sink reads the log once.
+One :class:`StagingLog` holds the table's latest snapshot; the embedded engine's writers
+of the staging table (:mod:`deltasink.backends.embedded.fencing`, ``.stage``, ``.gc``)
+and the spark engine's delta-rs reader (:mod:`deltasink.backends.spark.readers`) refresh
+and read it through this object, so one call of the sink reads the log once.
 """
 
 from __future__ import annotations

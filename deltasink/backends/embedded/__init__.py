@@ -1,15 +1,21 @@
 """The embedded engine: delta-rs makes every Delta commit; data arrives as Arrow from
 any PySpark session (Sail, classic without Delta jars) or as a ``pyarrow.Table``.
 
-The modules, one concept each:
+The modules, one concept each (the same file names as the spark engine's for the same
+jobs; what both engines read and write with delta-rs is in
+:mod:`deltasink.backends.deltalog`):
 
-* :mod:`.session`: the in-process Sail server behind :func:`embedded_spark`.
-* :mod:`.backend`: :class:`EmbeddedBackend`, the commit port, wiring the parts below.
-* :mod:`.staging`: the staging table (reading, fencing, writing, gc).
-* :mod:`.target`: the target table's commits; :mod:`.pruning`: what file statistics
-  prove about a batch.
+* :mod:`.sail`: the in-process Sail server behind :func:`embedded_spark`;
+  :mod:`.transfer`: a Spark DataFrame's rows into Arrow.
+* :mod:`.backend`: :class:`EmbeddedBackend`, the commit port, wiring the parts below;
+  :mod:`.schemas`: what a batch must fit; :mod:`.claims`: the writer role and the
+  publish intent.
+* :mod:`.fencing`: creating the staging table and fencing its writers; :mod:`.stage`:
+  writing it; :mod:`.gc`: expiring it; :mod:`.cache`: batches kept for their publish.
+* :mod:`.publish`: the target table's commits, one writer per merge mode in
+  :mod:`.modes`; :mod:`.prune`: what file statistics prove about a batch;
+  :mod:`.scd2`: SCD2 on delta-rs; :mod:`.features`: the table features delta-rs writes.
 * :mod:`.audit`: write-audit-publish; :mod:`.maintenance`: the maintenance port.
-* :mod:`.deltalog`: helpers over delta-rs (opening, refreshing, commit properties).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class EmbeddedBackend(SchemaFit, Claims):
     coalescing and write-audit-publish.
 
     Fencing: the first write of a backend object claims a new epoch in the staging
-    table; every later write checks it is still current (:mod:`.staging.fencing`).
+    table; every later write checks it is still current (:mod:`.fencing`, :mod:`.claims`).
 
     Args:
         target: The target table.
@@ -187,7 +187,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         fencing check that must see a claim made after the intent). The epoch is
         first checked on the state ``write()`` read at its start: the intent commit
         made on that state fails if anyone claimed since (see
-        :meth:`~.staging.StagingWriter.record_intent`). The mark is committed on the
+        :meth:`~.stage.StagingWriter.record_intent`). The mark is committed on the
         state read before the target commit, likewise."""
         version = prepared.version
         epoch = self._claim_for(prepared, fresh=False)

@@ -99,7 +99,7 @@ class Claims:
 
         ``epoch``: already verified in this call (else checked here, on a fresh read
         of the staging log). The commit is made on the state that check read; a claim
-        since then fails it (:meth:`~.staging.StagingWriter.record_intent`)."""
+        since then fails it (:meth:`~.stage.StagingWriter.record_intent`)."""
         if self._intent is not None and self._intent >= version:
             return
         if epoch is None:

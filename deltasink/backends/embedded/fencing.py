@@ -125,7 +125,7 @@ class Fence:
                 call, for a caller whose next step is a staging commit: Delta fails
                 that commit if any writer claimed since that state was read (a claim
                 changes the table's metadata), and the caller then checks again
-                freshly (``StagingWriter.record_intent`` in :mod:`.writes`).
+                freshly (``StagingWriter.record_intent`` in :mod:`.stage`).
 
         Raises:
             FencedError: A newer writer claimed the table.

@@ -40,7 +40,9 @@ The modules, one concept each:
 * :mod:`~deltasink.backends.spark.validate`: batch validation on Spark.
 * :mod:`~deltasink.backends.spark.ledger`: the staging history's ``userMetadata``
   records (empty versions, columns per version).
-* :mod:`~deltasink.backends.spark.logs`: reading both logs, via delta-rs or Spark.
+* :mod:`~deltasink.backends.spark.logs`: the writer's state from both logs, read by one
+  of the two readers of :mod:`~deltasink.backends.spark.readers` (delta-rs or Spark).
+* :mod:`~deltasink.backends.spark.schemas`: what a batch must fit.
 * :mod:`~deltasink.backends.spark.fencing`: the writer epoch.
 * :mod:`~deltasink.backends.spark.stage`: writing the staging table.
 * :mod:`~deltasink.backends.spark.publish`: the source query, the MERGE, the target
