@@ -7,7 +7,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from deltasink.errors import InvalidVersionError
 
@@ -19,6 +19,7 @@ __all__ = [
     "CommittableState",
     "GcResult",
     "LogState",
+    "LostMarker",
     "Outcome",
     "Prepared",
     "Progress",
@@ -70,6 +71,19 @@ class Prepared:
     origin: str | None = None
 
 
+class LostMarker(NamedTuple):
+    """The target's ``txn`` marker found below the staging table's committed mark (the
+    target was rebuilt or its markers expired), with the publish intent that bounds the
+    versions which may already be in the target."""
+
+    #: The target's marker for the app (``None``: none).
+    marker: int | None
+    #: The committed mark the staging table recorded.
+    mark: int
+    #: The highest version whose target commit was attempted.
+    intent: int
+
+
 @dataclass(frozen=True)
 class LogState:
     """The durable state of one writer, as derived from the participant's logs.
@@ -80,11 +94,15 @@ class LogState:
             ``committed_version`` are committed but not yet cleaned up.
         quarantined: Staged versions that failed a pre-commit check, with the reason;
             they and every later version wait until they are aborted or re-staged.
+        lost: Set when the committed version was decided over a lost target marker
+            (:func:`deltasink.core.guards.decide_committed`): the versions a publish
+            must then refuse (:func:`deltasink.core.guards.check_publish`).
     """
 
     committed_version: int | None
     staged: tuple[StagedVersion, ...] = ()
     quarantined: Mapping[int, str] = field(default_factory=dict)
+    lost: LostMarker | None = None
 
     @property
     def pending(self) -> tuple[StagedVersion, ...]:

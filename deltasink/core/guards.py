@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
-from deltasink.core.committables import StagedVersion
+from deltasink.core.committables import LostMarker, StagedVersion
 from deltasink.errors import ConfigurationError, MarkerLostError, StagingOwnershipError
 from deltasink.locations import same_location
 from deltasink.ops.layout import PROP_APP, PROP_TARGET
 from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["MarkGuard", "check_owner", "refuse_spec_change", "spec_for_new_versions"]
+__all__ = [
+    "Committed",
+    "MarkGuard",
+    "check_owner",
+    "check_publish",
+    "decide_committed",
+    "refuse_spec_change",
+    "spec_for_new_versions",
+]
 
 logger = logging.getLogger("deltasink")
 
@@ -101,34 +110,73 @@ def refuse_spec_change(
     )
 
 
-class MarkGuard:
-    """The committed-version guard: the higher of the target's ``txn`` marker and the
-    staging table's committed mark, with one warning per new discrepancy.
+class Committed(NamedTuple):
+    """The committed version to trust, and the lost marker it was decided over."""
 
-    A discrepancy also makes staged versions above the mark ambiguous: the clean-up
-    that advances the mark runs *after* a target commit, so such a version may have
-    been committed to the target before it lost its marker. The staging table's
-    publish *intent* (recorded before each target commit) bounds them: a version above
-    the intent was never attempted and is published as usual; one at or below it is
-    refused by :meth:`check_publish` (:class:`MarkerLostError`). Without an intent
-    record (``None``: an engine that does not keep one) nothing is refused."""
+    version: int | None
+    lost: LostMarker | None = None
+
+
+def decide_committed(marker: int | None, mark: int | None, intent: int | None) -> Committed:
+    """The committed version to trust: the higher of the target's ``txn`` ``marker`` and
+    the staging table's committed ``mark``.
+
+    A ``mark`` above the marker also makes staged versions above the mark ambiguous: the
+    clean-up that advances the mark runs *after* a target commit, so such a version may
+    have been committed to the target before it lost its marker. The staging table's
+    publish ``intent`` (recorded before each target commit) bounds them: the result's
+    ``lost`` names them for :func:`check_publish`. Without an intent record (``None``: an
+    engine that does not keep one) nothing is refused."""
+    if mark is None or (marker is not None and marker >= mark):
+        return Committed(marker)
+    return Committed(mark, None if intent is None else LostMarker(marker, mark, intent))
+
+
+def check_publish(lost: LostMarker | None, version: int, *, app_id: str, target: str) -> None:
+    """Refuse to publish ``version`` when the state read showed the target's marker below
+    the staging mark (``lost``) and ``version`` lies above the mark, at or below the
+    intent.
+
+    Raises:
+        MarkerLostError: The version may already be in the target.
+    """
+    if lost is None:
+        return
+    marker, mark, intent = lost
+    if not mark < version <= intent:
+        return
+    raise MarkerLostError(
+        f"the target {target} holds txn version {marker} for app {app_id!r} "
+        f"but its staging table recorded version {mark} as committed: the target was "
+        f"rebuilt, restored or its txn markers expired. Staged version {version} may "
+        f"already be in the target (a commit of versions up to {intent} was attempted "
+        "and its clean-up did not run), so it is not published. Check the target: abort each staged version it already "
+        "holds (`deltasink abort`); a version it lacks must be aborted and sent again "
+        "by the source. See the runbook, 'target lost its markers'.",
+        marker=marker,
+        mark=mark,
+        table=target,
+        app_id=app_id,
+        version=version,
+    )
+
+
+class MarkGuard:
+    """The committed-version guard of one writer: :func:`decide_committed`, with one
+    warning per new discrepancy between the target's marker and the staging mark."""
 
     def __init__(self, app_id: str, target: str) -> None:
         self.app_id = app_id
         self.target = target
         self._warned: int | None = None
-        self._lost: tuple[int | None, int, int] | None = None
 
     def committed(
         self, marker: int | None, mark: int | None, intent: int | None = None
-    ) -> int | None:
-        """The committed version to trust, given the target ``marker``, the staging
-        ``mark`` and the publish ``intent`` (remembered for :meth:`check_publish`)."""
-        if mark is None or (marker is not None and marker >= mark):
-            self._lost = None
-            return marker
-        self._lost = None if intent is None else (marker, mark, intent)
-        if self._warned != mark:
+    ) -> Committed:
+        """:func:`decide_committed`, warning when the staging ``mark`` wins (once per
+        mark)."""
+        decided = decide_committed(marker, mark, intent)
+        if decided.version != marker and self._warned != mark:
             logger.warning(
                 "app %r: the target %s records version %s as committed but the staging "
                 "table saw %s committed; the target was rewritten or its txn markers "
@@ -141,31 +189,4 @@ class MarkGuard:
                 mark,
             )
             self._warned = mark
-        return mark
-
-    def check_publish(self, version: int) -> None:
-        """Refuse to publish ``version`` when the last state read showed the target's
-        marker below the staging mark and ``version`` lies above the mark.
-
-        Raises:
-            MarkerLostError: The version may already be in the target.
-        """
-        if self._lost is None:
-            return
-        marker, mark, intent = self._lost
-        if not mark < version <= intent:
-            return
-        raise MarkerLostError(
-            f"the target {self.target} holds txn version {marker} for app {self.app_id!r} "
-            f"but its staging table recorded version {mark} as committed: the target was "
-            f"rebuilt, restored or its txn markers expired. Staged version {version} may "
-            f"already be in the target (a commit of versions up to {intent} was attempted "
-            "and its clean-up did not run), so it is not published. Check the target: abort each staged version it already "
-            "holds (`deltasink abort`); a version it lacks must be aborted and sent again "
-            "by the source. See the runbook, 'target lost its markers'.",
-            marker=marker,
-            mark=mark,
-            table=self.target,
-            app_id=self.app_id,
-            version=version,
-        )
+        return decided

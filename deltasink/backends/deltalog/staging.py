@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -40,8 +41,18 @@ from .tables import commit_file, plain, refresh, txn_version
 
 __all__ = ["StagingLog", "StagingSnapshot"]
 
-#: Staged versions, quarantined versions, the committed mark and the publish intent.
-StagingSnapshot = tuple[tuple[StagedVersion, ...], dict[int, str], int | None, int | None]
+
+class StagingSnapshot(NamedTuple):
+    """What one read of the staging log says (:meth:`StagingLog.snapshot`)."""
+
+    #: The staged versions, ascending.
+    staged: tuple[StagedVersion, ...]
+    #: Quarantined versions and why.
+    quarantined: dict[int, str]
+    #: The committed mark (the highest version this writer saw committed), if any.
+    mark: int | None
+    #: The publish intent (the highest version whose target commit was attempted).
+    intent: int | None
 
 
 class StagingLog:
@@ -146,10 +157,12 @@ class StagingLog:
         intent, from ONE read of the log."""
         table = self.open()
         if table is None:
-            return (), {}, None, None
+            return StagingSnapshot((), {}, None, None)
         intent = txn_version(table, self.app_id + INTENT_SUFFIX)
         quarantine = Quarantine.from_props(table.metadata().configuration)
-        return staged_versions(table), quarantine.reasons(), self.mark(table), intent
+        return StagingSnapshot(
+            staged_versions(table), quarantine.reasons(), self.mark(table), intent
+        )
 
     def quarantine(self, *, fresh: bool = True) -> Quarantine:
         """The quarantine records (none when the table does not exist)."""

@@ -19,7 +19,12 @@ from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
 from deltasink.core.coalesce import coalesce
 from deltasink.core.direct import record_mark_softly
-from deltasink.core.guards import MarkGuard, refuse_spec_change, spec_for_new_versions
+from deltasink.core.guards import (
+    MarkGuard,
+    check_publish,
+    refuse_spec_change,
+    spec_for_new_versions,
+)
 from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
@@ -122,20 +127,24 @@ class EmbeddedBackend(SchemaFit, Claims):
         """The spec staged versions are committed with (the one they were staged with)."""
         return self.log.recorded_spec(fresh=False) or self.spec_for_new_versions()
 
-    # -- fencing ---------------------------------------------------------------------
-
     # -- Participant -------------------------------------------------------------------
 
     def read_state(self) -> LogState:
-        staged, quarantined, mark, intent = self.log.snapshot()
+        snap = self.log.snapshot()
+        intent = snap.intent
         if intent is not None and intent == self._intent:
             intent = self._foreign_intent  # our own announcement makes nothing ambiguous
         else:
             self._foreign_intent = intent
         marker = self.target.committed_version(self.app_id)
-        committed = self._guard.committed(marker, mark, intent)
-        self._state = LogState(committed, staged, quarantined)
+        decided = self._guard.committed(marker, snap.mark, intent)
+        self._state = LogState(decided.version, snap.staged, snap.quarantined, lost=decided.lost)
         return self._state
+
+    def _check_publish(self, version: int) -> None:
+        """:func:`~deltasink.core.guards.check_publish` on the state read last."""
+        lost = None if self._state is None else self._state.lost
+        check_publish(lost, version, app_id=self.app_id, target=self.target.uri)
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         return self.stage_prepared(self.prepare(batch, version))
@@ -191,7 +200,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         state read before the target commit, likewise."""
         version = prepared.version
         epoch = self._claim_for(prepared, fresh=False)
-        self._guard.check_publish(version)
+        self._check_publish(version)
         self._announce(version, epoch=epoch)
         result = self.target.apply(
             prepared.payload,
@@ -230,7 +239,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         return kept if kept is not None else self.log.read(version)
 
     def publish(self, staged: StagedVersion) -> CommitResult:
-        self._guard.check_publish(staged.version)
+        self._check_publish(staged.version)
         data, spec = self._data(staged.version), self.spec_for_staged()
         # A version staged by an earlier release may not fit: refused by name, with the
         # way out (the publish would refuse it too, without saying how to get past it).
@@ -259,7 +268,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         return self.spec_for_staged().coalescable
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
-        self._guard.check_publish(staged[0].version)
+        self._check_publish(staged[0].version)
         self._announce(staged[-1].version)
         spec = self.spec_for_staged()
         cached = {s.version: t for s in staged if (t := self._staged.get(s.version)) is not None}

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from deltasink.backends.deltalog.staging import StagingLog
-from deltasink.core.guards import MarkGuard
+from deltasink.core.committables import LostMarker
+from deltasink.core.guards import MarkGuard, check_publish
 from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
 from deltasink.input.sql import DELETE_COLUMN
@@ -81,6 +82,8 @@ class SparkLogs:
         self.reader: Literal["delta-rs", "spark"] = self._source.name
         self.ledger = StagingLedger(tables.app_id)
         self._guard = MarkGuard(tables.app_id, tables.target)
+        # The lost marker the last settled state was decided over (see check_publish).
+        self._lost: LostMarker | None = None
 
     @property
     def delta_rs_staging(self) -> StagingLog | None:
@@ -89,8 +92,8 @@ class SparkLogs:
 
     def check_publish(self, version: int) -> None:
         """Refuse ``version`` if the last state read showed the target's marker lost
-        (:meth:`deltasink.core.guards.MarkGuard.check_publish`)."""
-        self._guard.check_publish(version)
+        (:func:`deltasink.core.guards.check_publish`)."""
+        check_publish(self._lost, version, app_id=self.tables.app_id, target=self.tables.target)
 
     # -- the staging table -------------------------------------------------------------
 
@@ -187,7 +190,8 @@ class SparkLogs:
         if props is None:
             return LogState(committed, ())
         ledger = self.read_ledger(committed)
-        committed = self._source.settle(committed, ledger.mark, self._guard)
+        decided = self._source.settle(committed, ledger.mark, self._guard)
+        committed, self._lost = decided.version, decided.lost
         parts = self.partitions()
         have = {s.version for s in parts}
         empties = [
@@ -197,4 +201,4 @@ class SparkLogs:
         ]
         staged = tuple(sorted([*parts, *empties], key=lambda s: s.version))
         quarantined = Quarantine.from_props(props).reasons()
-        return LogState(committed, staged, quarantined)
+        return LogState(committed, staged, quarantined, lost=self._lost)

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.backends.deltalog.target import TargetLog
-from deltasink.core.guards import MarkGuard, check_owner
+from deltasink.core.guards import Committed, MarkGuard, check_owner
 from deltasink.core.protocol import StagedVersion
 from deltasink.input.sql import quote
 from deltasink.ops.history import history_from_commits
@@ -59,9 +59,9 @@ class LogSource(Protocol):
         """Whether the target table exists yet."""
         ...
 
-    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> int | None:
-        """The committed version, from :meth:`committed` and the committed ``mark`` the
-        staging ledger recorded."""
+    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> Committed:
+        """The committed version (and the lost marker it was decided over), from
+        :meth:`committed` and the committed ``mark`` the staging ledger recorded."""
         ...
 
 
@@ -102,7 +102,7 @@ class DeltaRsSource:
     def target_exists(self) -> bool:
         return self.target.open() is not None
 
-    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> int | None:
+    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> Committed:
         rs_mark = self.staging.committed_mark()
         if rs_mark is not None and (mark is None or rs_mark > mark):
             mark = rs_mark
@@ -185,7 +185,7 @@ class SparkSource:
             raise
         return True
 
-    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> int | None:
+    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> Committed:
         if mark is not None and (committed is None or mark > committed):
-            return mark
-        return committed
+            return Committed(mark)
+        return Committed(committed)
