@@ -67,7 +67,7 @@ from deltasink import (
     MergeSpec,
     SinkStatus,
 )
-from deltasink.ops.status import require_writer
+from deltasink.status import require_writer
 
 EXIT_OK, EXIT_CONFIG, EXIT_COMMIT, EXIT_ATTENTION, EXIT_FENCED = 0, 3, 4, 6, 7
 RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"

@@ -19,6 +19,7 @@ __all__ = [
     "check_owner",
     "check_publish",
     "decide_committed",
+    "foreign_intent",
     "refuse_spec_change",
     "spec_for_new_versions",
 ]
@@ -130,6 +131,18 @@ def decide_committed(marker: int | None, mark: int | None, intent: int | None) -
     if mark is None or (marker is not None and marker >= mark):
         return Committed(marker)
     return Committed(mark, None if intent is None else LostMarker(marker, mark, intent))
+
+
+def foreign_intent(
+    read: int | None, own: int | None, last_foreign: int | None
+) -> tuple[int | None, int | None]:
+    """The publish intent that can make staged versions ambiguous (for
+    :func:`decide_committed`), and the foreign intent to remember: the one ``read`` from
+    the staging log, unless it is this writer's ``own`` announcement, which makes nothing
+    ambiguous; then the last intent read that was not its own (``last_foreign``) stands."""
+    if read is not None and read == own:
+        return last_foreign, last_foreign
+    return read, read
 
 
 def check_publish(lost: LostMarker | None, version: int, *, app_id: str, target: str) -> None:

@@ -22,6 +22,7 @@ from deltasink.core.direct import record_mark_softly
 from deltasink.core.guards import (
     MarkGuard,
     check_publish,
+    foreign_intent,
     refuse_spec_change,
     spec_for_new_versions,
 )
@@ -131,11 +132,9 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def read_state(self) -> LogState:
         snap = self.log.snapshot()
-        intent = snap.intent
-        if intent is not None and intent == self._intent:
-            intent = self._foreign_intent  # our own announcement makes nothing ambiguous
-        else:
-            self._foreign_intent = intent
+        intent, self._foreign_intent = foreign_intent(
+            snap.intent, self._intent, self._foreign_intent
+        )
         marker = self.target.committed_version(self.app_id)
         decided = self._guard.committed(marker, snap.mark, intent)
         self._state = LogState(decided.version, snap.staged, snap.quarantined, lost=decided.lost)
