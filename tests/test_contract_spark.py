@@ -841,7 +841,7 @@ def test_a_target_the_embedded_engine_cannot_write_goes_to_the_spark_engine(
 def test_the_ledger_uses_the_active_session_and_never_starts_the_embedded_engine(
     delta_spark: Any, target: str
 ) -> None:
-    from deltasink.backends.embedded import session as embedded
+    from deltasink.backends.embedded import sail as embedded
 
     sink(target, delta_spark).write(df(delta_spark, 1), 0)
     ledger = DeltaSink(target, "app").ledger()  # no spark=: the cluster's session

@@ -38,7 +38,8 @@ from deltasink import DeltaSink, MergeSpec  # noqa: E402
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, delta_txn  # noqa: E402
 from deltasink.backends.spark.publish import source_sql  # noqa: E402
 from deltasink.core.coalesce import coalesce  # noqa: E402
-from deltasink.input.batch import DELETE_COLUMN, GUARD_COLUMN, spark_arrow  # noqa: E402
+from deltasink.input.arrow import spark_arrow  # noqa: E402
+from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN  # noqa: E402
 from deltasink.ops.layout import VERSION_COLUMN  # noqa: E402
 
 # py4j in PySpark 3.5 leaves gateway sockets to the garbage collector: its warning, not ours.
