@@ -431,6 +431,20 @@ class DeltaSink:
                 )
         return report
 
+    def __reduce__(self) -> Any:
+        """Refuse to be pickled, by name: Spark Connect (serverless, standard access
+        mode) pickles a ``foreachBatch`` function to run it in a Python worker of the
+        server, and a bound ``sink.foreach_batch`` would carry this sink's session and
+        open tables into another process."""
+        raise ConfigurationError(
+            f"a DeltaSink (app {self.app_id!r}) cannot be pickled: on Spark Connect "
+            "(serverless, standard access mode) foreachBatch pickles its function, so pass "
+            "foreach_batch_writer(target, app_id, merge, checkpoint=...) instead of "
+            "sink.foreach_batch.",
+            table=self.target,
+            app_id=self.app_id,
+        )
+
     @_named_storage_errors
     def foreach_batch(
         self,
