@@ -4,6 +4,7 @@
 #   make lint    ruff + mypy
 #   make bench   benchmarks (see bench/README.md)
 #   make test-spark35   the PySpark 3.5 suite (Databricks 14.3-15.4 LTS), in .venv-spark35/
+#   make test-connect   the spark engine through a local Spark Connect server with Delta
 
 PYTHON ?= python3
 VENV   := .venv
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.deltasink-installed
 VENV35  := .venv-spark35
 STAMP35 := $(VENV35)/.deltasink-installed
 
-.PHONY: setup demo test test-spark35 lint fmt check clean bench
+.PHONY: setup demo test test-spark35 test-connect lint fmt check clean bench
 
 setup: $(STAMP)
 
@@ -28,6 +29,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The spark engine through a real Spark Connect server (PySpark's own, with the Delta
+# jars of ../shared/delta-spark/ or DELTASINK_DELTA_JARS) started on 127.0.0.1 by the
+# tests: serverless and standard access mode, minus Unity Catalog. Deselected from
+# `make test` by the `-m "not connect"` in pyproject.toml's addopts; this selects it.
+test-connect: $(STAMP)
+	$(PY) -m pytest -m connect tests/test_connect.py $(PYTEST_ARGS)
 
 # PySpark 3.5 has no DataFrame.toArrow and no Spark Connect client for Sail: a classic
 # 3.5 session feeds the embedded (delta-rs) engine; no Delta JVM jars needed.

@@ -18,7 +18,7 @@ from deltasink.core.protocol import (
     Timeouts,
     TwoPhaseCommit,
 )
-from deltasink.errors import InvalidInputError, QuarantinedError
+from deltasink.errors import ConfigurationError, InvalidInputError, QuarantinedError
 from deltasink.failures import named_storage_errors
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
@@ -217,6 +217,20 @@ class DeltaSink(StreamWriting, SinkOperations):
             clock=clock,
             coalesce=coalesce,
             on_stale=on_stale,
+        )
+
+    def __reduce__(self) -> Any:
+        """Refuse to be pickled, by name: Spark Connect (serverless, standard access
+        mode) pickles a ``foreachBatch`` function to run it in a Python worker of the
+        server, and a bound ``sink.foreach_batch`` would carry this sink's session and
+        open tables into another process."""
+        raise ConfigurationError(
+            f"a DeltaSink (app {self.app_id!r}) cannot be pickled: on Spark Connect "
+            "(serverless, standard access mode) foreachBatch pickles its function, so pass "
+            "foreach_batch_writer(target, app_id, merge, checkpoint=...) instead of "
+            "sink.foreach_batch.",
+            table=self.target,
+            app_id=self.app_id,
         )
 
     def __repr__(self) -> str:

@@ -118,6 +118,28 @@ def _checkpoint_of(session: Any, query_id: str) -> str | None:
         return None
 
 
+_warned: set[int] = set()
+
+
+def _warn_no_identity() -> None:
+    """Say once per process that a Spark Connect micro-batch without ``checkpoint``
+    carries no query identity (a Connect session has no SparkContext, so no
+    ``sql.streaming.queryId`` local property): batch ids are then versions, and a new
+    checkpoint's batch 0 would be skipped as already committed instead of refused."""
+    if os.getpid() in _warned:
+        return
+    _warned.add(os.getpid())
+    import logging
+
+    logging.getLogger("deltasink").warning(
+        "foreachBatch on Spark Connect without checkpoint=: the streaming query's id "
+        "(the local property sql.streaming.queryId) is not readable without a "
+        "SparkContext, so no origin is recorded and a reset checkpoint cannot be told "
+        "apart from a replay. Pass foreach_batch_writer(..., checkpoint=<the query's "
+        "checkpointLocation>)."
+    )
+
+
 def stream_origin(df: Any, batch_id: int, *, checkpoint: str | None = None) -> BatchOrigin | None:
     """The origin of micro-batch ``batch_id`` of ``df``'s streaming query, or ``None``
     when nothing identifies the query (a plain table passed to ``foreach_batch``, or a
@@ -136,7 +158,8 @@ def stream_origin(df: Any, batch_id: int, *, checkpoint: str | None = None) -> B
         try:
             context = session.sparkContext
             query_id = context.getLocalProperty("sql.streaming.queryId")
-        except Exception:  # Spark Connect: no SparkContext
+        except Exception:  # Spark Connect: no SparkContext, no local properties
+            _warn_no_identity()
             query_id = None
         if query_id is None:
             return None

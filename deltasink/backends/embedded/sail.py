@@ -11,6 +11,7 @@ __all__ = ["embedded_spark", "serves", "stop_embedded_spark"]
 
 _lock = threading.Lock()
 _server: Any = None
+_session: Any = None
 
 
 def embedded_spark(*, quiet: bool = True) -> Any:
@@ -46,7 +47,14 @@ def embedded_spark(*, quiet: bool = True) -> Any:
             _server = server
             atexit.register(stop_embedded_spark)
         host, port = _server.listening_address
-        return SparkSession.builder.remote(f"sc://{host}:{port}").getOrCreate()
+        url = f"sc://{host}:{port}"
+        # Not builder.getOrCreate(): that answers the process's active session, which
+        # may be a Spark Connect session to another server (a Delta-enabled one, say).
+        global _session
+        session = _session
+        if session is None or session.is_stopped or not serves(session):
+            session = _session = SparkSession.builder.remote(url).create()
+        return session
 
 
 def serves(session: Any) -> bool:
@@ -65,15 +73,19 @@ def serves(session: Any) -> bool:
 
 def stop_embedded_spark() -> None:
     """Stop the embedded engine if it runs (its sessions become unusable)."""
-    global _server
+    global _server, _session
     with _lock:
         if _server is not None:
             try:
                 from pyspark.sql import SparkSession
 
+                # This engine's sessions only: another Connect session of the process
+                # (to another server) stays open.
                 active = SparkSession.getActiveSession()
-                if active is not None and hasattr(active, "client"):
-                    active.stop()
+                for session in {id(s): s for s in (_session, active) if s is not None}.values():
+                    if hasattr(session, "client") and serves(session):
+                        session.stop()
             finally:
                 _server.stop()
                 _server = None
+                _session = None

@@ -29,6 +29,7 @@ __all__ = [
     "TXN_VERSION",
     "USER_METADATA",
     "delta_txn",
+    "require_settable",
     "session_conf",
 ]
 
@@ -116,3 +117,52 @@ def delta_txn(
     if user_metadata is not None:
         settings[USER_METADATA] = user_metadata
     return session_conf(spark, settings)
+
+
+#: The confs the spark engine sets around its statements.
+ENGINE_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA)
+
+
+def require_settable(
+    spark: Any,
+    keys: tuple[str, ...] = ENGINE_CONFS,
+    *,
+    table: str | None = None,
+    app_id: str | None = None,
+) -> None:
+    """Refuse a Spark Connect session whose server will not let the engine set its
+    confs, before any statement runs.
+
+    Databricks serverless lets a session set only a documented list of Spark confs and
+    answers any other ``spark.conf.set`` with ``CONFIG_NOT_AVAILABLE``; without
+    ``txnAppId``/``txnVersion`` around the MERGE, Delta cannot make the target commit
+    idempotent. Each key is set to a probe value and restored (:func:`session_conf`),
+    so the session is left as it was. Classic sessions are not probed: they set any
+    non-static conf.
+
+    Raises:
+        ConfigurationError: A key cannot be set; the message names it and the server's
+            error condition.
+    """
+    if getattr(spark, "_jsparkSession", None) is not None:
+        return
+    from deltasink.errors import ConfigurationError
+
+    from .errors import error_types
+
+    for key in keys:
+        try:
+            with session_conf(spark, {key: "0"}):
+                pass
+        except Exception as exc:
+            condition = next(iter(error_types(exc)), type(exc).__name__)
+            raise ConfigurationError(
+                f"the spark engine cannot set the Spark conf {key} on this Spark Connect "
+                f"session ({condition}): it sets {', '.join(ENGINE_CONFS)} around each "
+                "commit so that Delta records txn(app_id, version) with the data. "
+                "Databricks serverless allows only a documented list of confs; run the "
+                "job on classic or standard access mode compute (or write a path table "
+                "with the embedded engine).",
+                table=table,
+                app_id=app_id,
+            ) from exc

@@ -14,7 +14,7 @@ from deltasink.errors import ConfigurationError
 from deltasink.locations import is_catalog_name
 from deltasink.ops.history import user_metadata
 
-from .conf import TXN_APP_ID, TXN_VERSION, USER_METADATA, session_conf
+from .conf import TXN_APP_ID, TXN_VERSION, USER_METADATA, require_settable, session_conf
 from .errors import is_missing
 from .tables import Tables, ddl_columns, props_sql, struct
 
@@ -39,13 +39,15 @@ class SparkSql:
         """The session; without one yet, ``df``'s session or the active one.
 
         Raises:
-            ConfigurationError: No session was given and none is active, or the
-                session is a classic one without Delta (checked once, before the first
-                statement).
+            ConfigurationError: No session was given and none is active, the
+                session is a classic one without Delta, or a Spark Connect one that
+                refuses the engine's confs (Databricks serverless; checked once, before
+                the first statement).
         """
         spark = self._resolve(df)
         if not self._delta_checked:
             require_delta(spark, table=self.tables.target, app_id=self.tables.app_id)
+            require_settable(spark, table=self.tables.target, app_id=self.tables.app_id)
             self._delta_checked = True
         return spark
 

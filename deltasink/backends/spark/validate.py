@@ -203,7 +203,7 @@ def prepare_frame(
 def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
     """``not_matched_by_source_condition`` resolves on the existing target (a Spark
     DataFrame aliased ``t``), before anything is written; Spark analyses it without
-    running a job.
+    running a job (on Spark Connect too: see the projection below).
 
     Raises:
         InvalidInputError: It does not.
@@ -213,7 +213,9 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
         return
     rendered = spec.predicate("not_matched_by_source_condition", "spark")
     try:
-        target.alias("t").where(rendered).schema  # noqa: B018 (analysis only)
+        # A projection over the filter: Spark Connect answers a filter's ``schema`` from
+        # its input's cached schema, without asking the server to analyse the condition.
+        target.alias("t").where(rendered).selectExpr("1 AS c").schema  # noqa: B018
     except Exception as exc:
         raise InvalidInputError(
             f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
