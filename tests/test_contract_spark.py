@@ -59,6 +59,9 @@ CHILD = "DELTASINK_SPARK_CONTRACT_CHILD"
 RUN_IN_CHILD = False
 UPSERT = MergeSpec(keys=["id"])
 APPEND = MergeSpec(mode="append")
+#: The modules the child process runs: this one and those that use its session
+#: (``delta_spark``), so the whole run starts one JVM for them.
+CHILD_MODULES = ("tests/test_contract_spark.py", "tests/test_stream_reset_jvm.py")
 
 
 def delta_jars() -> list[str]:
@@ -143,7 +146,7 @@ def start_child() -> None:
     fd, name = tempfile.mkstemp(prefix="deltasink-delta-spark-suite-", suffix=".log")
     with os.fdopen(fd, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", __file__],
+            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *CHILD_MODULES],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -188,7 +191,7 @@ def test_delta_spark_suite_in_its_own_process(capsys: pytest.CaptureFixture[str]
     assert not any(line.startswith("SKIPPED") for line in results), "nothing may skip here"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A classic local session with Delta's extension and catalog."""
     if connect_mode():
