@@ -1,6 +1,7 @@
 # deltasink developer commands. Everything installs into .venv/ in the repo root.
 #   make demo    set up (if needed) and run the quickstart job on the embedded engine
-#   make test    set up (if needed) and run the whole test suite
+#   make test    set up (if needed) and run the test suite (CI: under 8 min on 2 cores)
+#   make test-delta-spark   the rest of the delta-spark suite (CI runs it too)
 #   make lint    ruff + mypy
 #   make bench   benchmarks (see bench/README.md)
 #   make test-spark35   the PySpark 3.5 suite (Databricks 14.3-15.4 LTS), in .venv-spark35/
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.deltasink-installed
 VENV35  := .venv-spark35
 STAMP35 := $(VENV35)/.deltasink-installed
 
-.PHONY: setup demo test test-spark35 lint fmt check clean bench
+.PHONY: setup demo test test-delta-spark test-spark35 lint fmt check clean bench
 
 setup: $(STAMP)
 
@@ -28,6 +29,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The delta-spark tests `make test` leaves out (marked delta_spark_full: the contract
+# again with Spark reading the logs, the remaining fault points, shapes and key types,
+# the local-cluster oracle, the planned streaming soak): one classic JVM session, in
+# this process. `make test` keeps a slice of each kind; docs/reliability.md has the times.
+DELTA_SPARK_MODULES := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
+	tests/test_local_cluster.py tests/test_stream_soak.py
+
+test-delta-spark: $(STAMP)
+	$(PY) -m pytest -m delta_spark_full $(DELTA_SPARK_MODULES) $(PYTEST_ARGS)
 
 # PySpark 3.5 has no DataFrame.toArrow and no Spark Connect client for Sail: a classic
 # 3.5 session feeds the embedded (delta-rs) engine; no Delta JVM jars needed.
