@@ -777,6 +777,7 @@ def test_a_foreach_batch_micro_batch_is_published_from_its_own_session(
     assert support.marker(s.staging, "app#committed") == 0
 
 
+@FULL  # make test keeps a catalog table: test_table_spec_on_a_catalog_table_with_liquid_...
 def test_catalog_table_names(delta_spark: Any) -> None:
     delta_spark.sql("CREATE SCHEMA IF NOT EXISTS sales")
     name = "spark_catalog.sales.orders"
@@ -985,9 +986,10 @@ def test_a_fixed_history_with_zone_less_timestamp_keys_equals_the_oracle(
     assert schema.field("k").type == pa.timestamp("us")
 
 
-@pytest.mark.parametrize(
-    "shape", sliced(["upsert", "upsert-sequence-delete", "scd2-delete"], keep=("upsert",))
-)
+# The float key rule on this engine stays in make test through the contract's
+# test_float_keys_have_one_rule_in_every_mode and ..._in_scd2_keep_one_current_row.
+@FULL
+@pytest.mark.parametrize("shape", ["upsert", "upsert-sequence-delete", "scd2-delete"])
 def test_signed_zero_and_nan_keys_equal_the_oracle_on_spark(delta_spark: Any, shape: str) -> None:
     """The float key rule on the spark engine (-0.0 is the key 0.0, stored as 0.0; NaN
     refused by name), coalesced and one by one, against the oracle."""
