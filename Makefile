@@ -32,13 +32,17 @@ test: $(STAMP)
 
 # The delta-spark tests `make test` leaves out (marked delta_spark_full: the contract
 # again with Spark reading the logs, the remaining fault points, shapes and key types,
-# the local-cluster oracle, the planned streaming soak): one classic JVM session, in
-# this process. `make test` keeps a slice of each kind; docs/reliability.md has the times.
-DELTA_SPARK_MODULES := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
-	tests/test_local_cluster.py tests/test_stream_soak.py
+# the local-cluster oracle, the planned streaming soak). Two processes side by side, one
+# per core: the suite on one classic JVM session, and the two tests that start JVMs of
+# their own (whose output follows). docs/reliability.md has the times.
+DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py
+DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py
 
 test-delta-spark: $(STAMP)
-	$(PY) -m pytest -m delta_spark_full $(DELTA_SPARK_MODULES) $(PYTEST_ARGS)
+	@log=$$(mktemp); \
+	$(PY) -m pytest -m delta_spark_full $(DELTA_SPARK_JVMS) $(PYTEST_ARGS) > $$log 2>&1 & pid=$$!; \
+	$(PY) -m pytest -m delta_spark_full $(DELTA_SPARK_SUITE) $(PYTEST_ARGS); rc=$$?; \
+	wait $$pid || rc=1; cat $$log; rm -f $$log; exit $$rc
 
 # PySpark 3.5 has no DataFrame.toArrow and no Spark Connect client for Sail: a classic
 # 3.5 session feeds the embedded (delta-rs) engine; no Delta JVM jars needed.
