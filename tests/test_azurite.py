@@ -66,12 +66,15 @@ def markers(uri: str, options: dict[str, str], app_id: str) -> dict[int, int]:
     """For each Delta version of the target: ``app_id``'s marker carried by that commit."""
     table = DeltaTable(uri, storage_options=options)
     found = {}
+    # Compared with the marker as of the version before, not with the last one recorded
+    # (which read a marker again after two commits of the other app in a row).
+    previous = None
     for version in range(table.version() + 1):
         snapshot = DeltaTable(uri, storage_options=options, version=version)
         marker = snapshot.transaction_version(app_id)
-        previous = found.get(version - 1) if version else None
         if marker is not None and marker != previous:
             found[version] = marker
+        previous = marker
     return found
 
 
