@@ -1,6 +1,7 @@
 # deltasink developer commands. Everything installs into .venv/ in the repo root.
 #   make demo    set up (if needed) and run the quickstart job on the embedded engine
-#   make test    set up (if needed) and run the whole test suite
+#   make test    set up (if needed) and run the test suite (CI: under 8 min on 2 cores)
+#   make test-delta-spark   the rest of the delta-spark suite (CI runs it too)
 #   make lint    ruff + mypy
 #   make bench   benchmarks (see bench/README.md)
 #   make test-spark35   the PySpark 3.5 suite (Databricks 14.3-15.4 LTS), in .venv-spark35/
@@ -14,7 +15,7 @@ STAMP  := $(VENV)/.deltasink-installed
 VENV35  := .venv-spark35
 STAMP35 := $(VENV35)/.deltasink-installed
 
-.PHONY: setup demo test test-spark35 test-connect lint fmt check clean bench
+.PHONY: setup demo test test-delta-spark test-connect test-spark35 lint fmt check clean bench
 
 setup: $(STAMP)
 
@@ -29,6 +30,20 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The delta-spark tests `make test` leaves out (marked delta_spark_full: the contract
+# again with Spark reading the logs, the remaining fault points, shapes and key types,
+# the local-cluster oracle, the planned streaming soak). Two processes side by side, one
+# per core: the suite on one classic JVM session, and the two tests that start JVMs of
+# their own (whose output follows). docs/reliability.md has the times.
+DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py
+DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py
+
+test-delta-spark: $(STAMP)
+	@log=$$(mktemp); \
+	$(PY) -m pytest -m delta_spark_full $(DELTA_SPARK_JVMS) $(PYTEST_ARGS) > $$log 2>&1 & pid=$$!; \
+	$(PY) -m pytest -m delta_spark_full $(DELTA_SPARK_SUITE) $(PYTEST_ARGS); rc=$$?; \
+	wait $$pid || rc=1; cat $$log; rm -f $$log; exit $$rc
 
 # The spark engine through a real Spark Connect server (PySpark's own, with the Delta
 # jars of ../shared/delta-spark/ or DELTASINK_DELTA_JARS) started on 127.0.0.1 by the

@@ -25,7 +25,8 @@ def target(tmp_path: Path) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a process that hosts the embedded engine's Spark Connect session, the
-    delta-spark module's tests run in a child process of their own, started here and
+    delta-spark module's tests (and those sharing its session: ``CHILD_MODULES``) run
+    in a child process of their own, started here and
     collected by ``test_delta_spark_suite_in_its_own_process`` (run last, it echoes
     their results): deselect them here rather than report them as skipped."""
     import os
@@ -36,13 +37,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=runner)
         items[:] = [item for item in items if item not in runner]
         return
+    from tests import test_contract_spark
+
+    child_modules = tuple(f"{m}::" for m in test_contract_spark.CHILD_MODULES)
     gated = [
         item
         for item in items
-        if item.nodeid.startswith("tests/test_contract_spark.py::")
+        if item.nodeid.startswith(child_modules)
         and item.name != "test_delta_spark_suite_in_its_own_process"
     ]
-    from tests import test_contract_spark
 
     if (
         gated

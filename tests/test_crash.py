@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink._faults import EXIT_CODE, POINTS
-from tests import support
+from tests import forks, support
 
-JOB = textwrap.dedent(
-    """
-    import sys
-    import pyarrow as pa
-    from deltasink import DeltaSink, MergeSpec
-
-    target, path = sys.argv[1], sys.argv[2]
-    sink = DeltaSink(target, "crashy", MergeSpec(mode="append"))
-    sink.recover()
-    for version, ids in enumerate([[1, 2], [3], [4, 5]]):
-        if path == "direct":  # write(): published without staging
-            sink.write(pa.table({"id": ids}), version)
-        else:  # the two phases: staged, then committed and cleaned up
-            sink.pre_commit(pa.table({"id": ids}), version)
-            sink.commit(version)
-    print("done")
-    """
-)
 #: The fault points each path crosses on every version.
 DIRECT_POINTS = (
     "stage.before_write",
@@ -43,15 +22,9 @@ CASES = [("staged", p) for p in POINTS] + [("direct", p) for p in DIRECT_POINTS]
 
 
 def run_job(target: str, path: str, faults: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DELTASINK_FAULTS": faults}
-    return subprocess.run(
-        [sys.executable, "-c", JOB, target, path],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    """The writer (:func:`tests.forks.append_job`) in a process of its own."""
+    code, output = forks.run(forks.append_job, target, path, faults=faults)
+    return subprocess.CompletedProcess(path, code, output, output)
 
 
 @pytest.mark.parametrize(("path", "point"), CASES)

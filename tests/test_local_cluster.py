@@ -25,6 +25,8 @@ JOB = ROOT / "tests" / "jvm" / "cluster_job.py"
 pytestmark = [
     pytest.mark.jvm,
     pytest.mark.delta_spark,
+    # three JVMs (a driver, two executors): `make test-delta-spark`, not `make test`
+    pytest.mark.delta_spark_full,
     pytest.mark.skipif(REASON is not None, reason=REASON or ""),
 ]
 

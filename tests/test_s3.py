@@ -37,6 +37,7 @@ from deltasink import (
 from deltasink._faults import POINTS
 from deltasink.cli import EXIT_CONFIG, EXIT_ERROR, EXIT_FENCED, app
 from deltasink.errors import ConfigurationError
+from tests import forks
 from tests.s3server import BUCKET, S3Server
 from tests.test_crash import DIRECT_POINTS  # the fault points a direct write crosses
 
@@ -342,9 +343,9 @@ def test_sigkill_at_a_fault_point_then_recover(
     """The child SIGKILLs itself at the second pass of ``point`` (version 1); a
     restart recovers, then the job runs again from the start (replays are no-ops)."""
     options = s3.storage_options(**STORES[store])
-    child = _job(uri, path, options, point)
-    out, err = child.communicate(timeout=120)
-    assert child.returncode == -signal.SIGKILL, (out, err)
+    # The job (JOB's, as tests.forks.sigkilled_job) in a process of its own, forked
+    code, output = forks.run(forks.sigkilled_job, uri, path, options, point)
+    assert code == -signal.SIGKILL, output
     report = DeltaSink(uri, "crashy", MergeSpec(mode="append"), storage_options=options).recover()
     assert all(r.outcome == "committed" for r in report.results)
     _rerun(uri, path, options)
@@ -355,7 +356,8 @@ def test_sigkill_at_a_fault_point_then_recover(
 
 
 def test_a_sigkill_mid_write_then_recover(s3: S3Server, uri: str) -> None:
-    """A real SIGKILL from outside, while the child is inside a staging write."""
+    """A real SIGKILL from outside, while the child (a fresh interpreter running JOB)
+    is inside a staging write."""
     options = s3.storage_options()
     child = _job(uri, "staged", options, "")
     try:

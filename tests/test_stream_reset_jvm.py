@@ -1,6 +1,6 @@
 """A lost checkpoint on real streams (issue 24): classic PySpark Structured Streaming
-(``tests/jvm/stream_job.py``, its own processes), ``foreachBatch`` into an ``append``
-target (a batch applied twice shows as repeated ids).
+(``tests/jvm/stream_job.py``'s query), ``foreachBatch`` into an ``append`` target (a
+batch applied twice shows as repeated ids).
 
 The checkpoint is deleted between runs: the new query's batch 0 is refused with
 ``CheckpointResetError``, nothing written; then a new checkpoint resumes with
@@ -10,6 +10,12 @@ row reaches the target exactly once, also across a restart of the resumed query.
 
 Both engines for the file source (embedded: delta-rs commits, the identity read from the
 classic session; spark: delta-spark commits), the spark engine for the Delta source.
+
+Each run is a new streaming query on the delta-spark suite's classic session (the
+``delta_spark`` fixture): a restart from a checkpoint is a new query, so no run needs a
+JVM of its own. Inside the full suite these tests run in that suite's process (see
+``tests/conftest.py``); a killed JVM is ``tests/test_streaming_jvm.py``'s and
+``tests/test_stream_soak.py``'s.
 """
 
 from __future__ import annotations
@@ -17,8 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,49 +31,46 @@ import pytest
 
 from deltasink import DeltaSink
 from tests import support
-from tools.stream_soak import job_env
+from tests.jvm.stream_job import run_query
+from tests.test_contract_spark import REASON, delta_spark
 
 pytestmark = [
     pytest.mark.jvm,
-    pytest.mark.timeout(2400),  # four to five JVM starts each, on a shared machine
-    pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark"),
+    pytest.mark.delta_spark,
+    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
+    # As in the delta-spark suite: no per-test timeout (it would break the shared
+    # session's py4j call in flight); the suite's run as a whole is bounded.
+    pytest.mark.timeout(0),
 ]
+__all__ = ["delta_spark"]  # the delta-spark suite's session fixture, shared
 
-ROOT = Path(__file__).resolve().parent.parent
-JOB = ROOT / "tests" / "jvm" / "stream_job.py"
 APP = "reset"
 ROWS = 3
 
 
-def _spark_or_skip(engine: str) -> None:
-    if engine == "spark":
-        from tests.test_contract_spark import REASON
+@pytest.fixture
+def run_job(delta_spark: Any) -> Any:
+    """One run of the streaming job on the shared session: (exit code, events, "")."""
 
-        if REASON is not None:
-            pytest.skip(REASON)
+    def run(
+        engine: str, source: Path, checkpoint: Path, target: str, **env: str
+    ) -> tuple[int, list[dict[str, Any]], str]:
+        said: list[dict[str, Any]] = []
+        code = run_query(
+            delta_spark,
+            str(source),
+            str(checkpoint),
+            target,
+            APP,
+            engine=engine,
+            say=lambda event, **fields: said.append({"event": event, **fields}),
+            source_format=env.get("DELTASINK_STREAM_SOURCE", "json"),
+            starting_version=env.get("DELTASINK_STREAM_STARTING_VERSION"),
+            resume=env.get("DELTASINK_STREAM_RESUME") == "1",
+        )
+        return code, json.loads(json.dumps(said)), ""
 
-
-def events(output: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in output.splitlines() if line.startswith('{"event"')]
-
-
-def run_job(
-    engine: str,
-    source: Path,
-    checkpoint: Path,
-    target: str,
-    **env: str,
-) -> tuple[int, list[dict[str, Any]], str]:
-    environment = {**job_env(engine), **env}
-    done = subprocess.run(
-        [sys.executable, str(JOB), str(source), str(checkpoint), target, APP],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    return done.returncode, events(done.stdout), done.stderr[-3000:]
+    return run
 
 
 def add_file(directory: Path, n: int) -> list[int]:
@@ -87,8 +88,9 @@ def committed(events_: list[dict[str, Any]]) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("engine", ["embedded", "spark"])
-def test_file_source_checkpoint_deleted_refused_then_resumed(tmp_path: Path, engine: str) -> None:
-    _spark_or_skip(engine)
+def test_file_source_checkpoint_deleted_refused_then_resumed(
+    tmp_path: Path, engine: str, run_job: Any
+) -> None:
     source, archive = tmp_path / "input", tmp_path / "archive"
     checkpoint = tmp_path / "checkpoint"
     target = str(tmp_path / "lake" / "events")
@@ -158,8 +160,7 @@ def test_file_source_checkpoint_deleted_refused_then_resumed(tmp_path: Path, eng
     ]
 
 
-def test_delta_source_checkpoint_deleted_refused_then_resumed(tmp_path: Path) -> None:
-    _spark_or_skip("spark")
+def test_delta_source_checkpoint_deleted_refused_then_resumed(tmp_path: Path, run_job: Any) -> None:
     from deltalake import write_deltalake
 
     source = tmp_path / "bronze"

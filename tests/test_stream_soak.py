@@ -21,6 +21,9 @@ PLAN = "in-batch:2,sink-done:1,fault:publish.after_target_commit@1"
 
 
 @pytest.mark.jvm
+# Four JVM starts: `make test-delta-spark`. `make test` keeps a SIGKILLed stream restarted
+# from its checkpoint (tests/test_streaming_jvm.py) and this checker's own tests below.
+@pytest.mark.delta_spark_full
 @pytest.mark.timeout(660)  # the run's own limit below, not the suite's 300 s default
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
 def test_a_planned_streaming_soak_on_delta_spark_applies_every_batch_once(tmp_path: Path) -> None:

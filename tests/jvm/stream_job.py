@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -71,6 +72,77 @@ def conf_checks(spark: Any) -> dict[str, Any]:
     return found
 
 
+def run_query(
+    spark: Any,
+    source: str,
+    checkpoint: str,
+    target: str,
+    app_id: str,
+    *,
+    engine: str,
+    say: Callable[..., None] = say,
+    delay: float = 0.0,
+    source_format: str = "json",
+    starting_version: str | None = None,
+    resume: bool = False,
+) -> int:
+    """One run of the query on ``spark``: 0 when it reached the end of its input, 3 when
+    the sink refused a micro-batch (:class:`~deltasink.errors.CheckpointResetError`).
+    ``main`` runs it in this process's own session; ``tests/test_stream_reset_jvm.py``
+    runs it on the delta-spark suite's session (the same query, no JVM of its own)."""
+    sink = DeltaSink(target, app_id, MergeSpec(mode="append"), engine=engine, spark=spark)  # type: ignore[arg-type]
+    say(
+        "started",
+        auto=list(select_engine("auto", spark, target)),
+        engine=sink.engine,
+        engine_reason=sink.engine_reason,
+        session=type(spark).__module__,
+        conf=conf_checks(spark),
+    )
+    recovered = sink.recover()
+    say("recovered", versions=recovered.committed_versions)
+
+    refused: list[str] = []
+
+    def handle(df: Any, batch_id: int) -> None:
+        say("batch", batch=batch_id, frame=type(df).__module__)
+        try:
+            report = sink.foreach_batch(df, batch_id, resume=resume)
+        except CheckpointResetError as exc:
+            refused.append(str(exc))
+            say("refused", batch=batch_id, committed_by=exc.committed_by, query=exc.query_id)
+            raise
+        say("committed", batch=batch_id, version=report.committed_version)
+        time.sleep(delay)
+
+    if source_format == "delta":
+        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", 1)
+        if starting_version:
+            reader = reader.option("startingVersion", starting_version)
+        stream = reader.load(source)
+    else:
+        stream = (
+            spark.readStream.schema("id long, value string")
+            .option("maxFilesPerTrigger", 1)
+            .json(source)
+        )
+    query = (
+        stream.writeStream.foreachBatch(handle)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except Exception:
+        if refused:
+            return 3
+        raise
+    status = sink.status()
+    say("done", committed=status.committed_version, pending=status.pending_versions)
+    return 0
+
+
 def main() -> None:
     source, checkpoint, target, app_id = sys.argv[1:5]
     delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
@@ -99,60 +171,21 @@ def main() -> None:
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    sink = DeltaSink(target, app_id, MergeSpec(mode="append"), engine=engine, spark=spark)  # type: ignore[arg-type]
-    say(
-        "started",
-        auto=list(select_engine("auto", spark, target)),
-        engine=sink.engine,
-        engine_reason=sink.engine_reason,
-        session=type(spark).__module__,
-        conf=conf_checks(spark),
+    code = run_query(
+        spark,
+        source,
+        checkpoint,
+        target,
+        app_id,
+        engine=engine,
+        delay=delay,
+        source_format=os.environ.get("DELTASINK_STREAM_SOURCE", "json"),
+        starting_version=os.environ.get("DELTASINK_STREAM_STARTING_VERSION"),
+        resume=os.environ.get("DELTASINK_STREAM_RESUME") == "1",
     )
-    recovered = sink.recover()
-    say("recovered", versions=recovered.committed_versions)
-
-    resume = os.environ.get("DELTASINK_STREAM_RESUME") == "1"
-    refused: list[str] = []
-
-    def handle(df: Any, batch_id: int) -> None:
-        say("batch", batch=batch_id, frame=type(df).__module__)
-        try:
-            report = sink.foreach_batch(df, batch_id, resume=resume)
-        except CheckpointResetError as exc:
-            refused.append(str(exc))
-            say("refused", batch=batch_id, committed_by=exc.committed_by, query=exc.query_id)
-            raise
-        say("committed", batch=batch_id, version=report.committed_version)
-        time.sleep(delay)
-
-    if os.environ.get("DELTASINK_STREAM_SOURCE") == "delta":
-        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", 1)
-        starting = os.environ.get("DELTASINK_STREAM_STARTING_VERSION")
-        if starting:
-            reader = reader.option("startingVersion", starting)
-        stream = reader.load(source)
-    else:
-        stream = (
-            spark.readStream.schema("id long, value string")
-            .option("maxFilesPerTrigger", 1)
-            .json(source)
-        )
-    query = (
-        stream.writeStream.foreachBatch(handle)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination()
-    except Exception:
-        if refused:
-            spark.stop()
-            sys.exit(3)
-        raise
-    status = sink.status()
-    say("done", committed=status.committed_version, pending=status.pending_versions)
     spark.stop()
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":
