@@ -61,14 +61,34 @@ UPSERT = MergeSpec(keys=["id"])
 APPEND = MergeSpec(mode="append")
 
 
+def pyspark_35() -> bool:
+    """Whether this interpreter's PySpark is 3.5 (``make test-spark35``): Delta 3.x, whose
+    jars are built for Scala 2.12, where PySpark 4 takes Delta 4.x for Scala 2.13."""
+    try:
+        import pyspark
+    except ImportError:
+        return False
+    return pyspark.__version__.startswith("3.5.")
+
+
+def delta_jar_names() -> tuple[str, str]:
+    """``(folder beside the repository, jar name prefix)`` for this PySpark: Delta 3.3.3
+    for Scala 2.12 under PySpark 3.5, Delta 4.4 for Scala 2.13 under PySpark 4."""
+    if pyspark_35():
+        return "delta-spark-3.5", "delta-spark_2.12-"
+    return "delta-spark", "delta-spark_2.13-"
+
+
 def delta_jars() -> list[str]:
-    """delta-spark's jars: ``DELTASINK_DELTA_JARS``, else ``../shared/delta-spark/`` beside
-    the repository, else where a previous download or an admin left them."""
+    """delta-spark's jars: ``DELTASINK_DELTA_JARS``, else ``../shared/delta-spark/``
+    beside the repository (``../shared/delta-spark-3.5/`` under PySpark 3.5), else where
+    a previous download or an admin left them."""
     listed = os.environ.get("DELTASINK_DELTA_JARS")
     if listed:
         return [p for p in listed.split(os.pathsep) if p]
-    shared = sorted(glob.glob(str(ROOT.parent / "shared" / "delta-spark" / "*.jar")))
-    if any("delta-spark" in os.path.basename(p) for p in shared):
+    folder, prefix = delta_jar_names()
+    shared = sorted(glob.glob(str(ROOT.parent / "shared" / folder / "*.jar")))
+    if any(os.path.basename(p).startswith(prefix) for p in shared):
         return shared  # built from Delta's source beside the repo (CI and this machine)
     import pyspark
 
@@ -79,7 +99,7 @@ def delta_jars() -> list[str]:
     ]
     found = []
     for root in roots:
-        found += glob.glob(os.path.join(root, "*delta-spark_2.13-*.jar"))
+        found += glob.glob(os.path.join(root, f"*{prefix}*.jar"))
         found += glob.glob(os.path.join(root, "*delta-storage-*.jar"))
     spark_ok = any("delta-spark" in os.path.basename(p) for p in found)
     return sorted(found) if spark_ok else []
@@ -114,6 +134,13 @@ pytestmark = [
     # The run as a whole is bounded instead (test_delta_spark_suite_in_its_own_process).
     pytest.mark.timeout(0),
 ]
+if pyspark_35():  # py4j 0.10.9.7 leaves gateway sockets to the GC: its warning, not ours
+    pytestmark += [
+        pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+        pytest.mark.filterwarnings(
+            "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+        ),
+    ]
 
 
 def connect_mode() -> bool:
