@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar,
 
 from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
+from deltasink.batch import spark_frame
 from deltasink.checks import Check
 from deltasink.checks import validate as validate_checks
 from deltasink.committables import GcResult
@@ -685,7 +686,8 @@ class DeltaSink:
             from deltasink.backends.embedded import embedded_spark
 
             session = embedded_spark()
-        return session.createDataFrame(ledger_table(self.app_id, self.history(limit)))
+        frame: DataFrame = spark_frame(session, ledger_table(self.app_id, self.history(limit)))
+        return frame
 
     @_named_storage_errors
     def history(self, limit: int | None = None) -> list[HistoryEntry]:

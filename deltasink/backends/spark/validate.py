@@ -24,7 +24,7 @@ from deltasink.batch import (
     prepare,
     quote,
     spark_empty,
-    spark_input,
+    spark_frame,
 )
 from deltasink.errors import (
     DuplicateKeyError,
@@ -102,7 +102,7 @@ def as_dataframe(batch: object, sql: SparkSql) -> Any:
         # A zone-less Arrow timestamp is TIMESTAMP_NTZ (PySpark would make it a
         # session-zone TIMESTAMP, another type and another instant).
         schema = from_arrow_schema(batch.schema, prefer_timestamp_ntz=True)
-        return sql.session().createDataFrame(spark_input(batch), schema=schema)
+        return spark_frame(sql.session(), batch, schema)  # PySpark 3.5 classic too
     return batch
 
 
