@@ -175,8 +175,11 @@ def spark_frame(spark: Any, table: pa.Table, schema: Any = None) -> Any:
             (``from_arrow_schema``).
     """
     import pyspark
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     data = spark_input(table)
+    if data.num_rows == 0:  # no batch left: PySpark 4.2 fails on a nested column then
+        return spark.createDataFrame([], schema or from_arrow_schema(data.schema))
     if not pyspark.__version__.startswith("3.") or getattr(spark, "_jsparkSession", None) is None:
         # PySpark 4 (classic and Spark Connect), or not a classic session
         return (
@@ -184,13 +187,11 @@ def spark_frame(spark: Any, table: pa.Table, schema: Any = None) -> Any:
         )
     import pyarrow.types as types
     from pyspark.sql.pandas.serializers import ArrowStreamSerializer
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import TimestampType
 
     if schema is None:
         schema = from_arrow_schema(data.schema)
-    if data.num_rows == 0 or not schema.fields:
-        return spark.createDataFrame([], schema)
     zone = spark.conf.get("spark.sql.session.timeZone")
     columns: list[Any] = []
     for raw, field in zip(data.columns, schema.fields, strict=True):
