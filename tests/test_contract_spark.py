@@ -12,6 +12,9 @@ asked). To run them where Maven is reachable::
 separated). A classic session cannot share a process with the embedded engine's Spark
 Connect session, so inside the full suite (where that session exists) the module is run
 again in a process of its own by :func:`test_delta_spark_suite_in_its_own_process`.
+
+Under PySpark 3.5 (``make test-spark35``, Databricks 14.3-15.4 LTS) the same module runs
+on Delta 3.3.3's Scala 2.12 jars (``../shared/delta-spark-3.5/``, see :func:`delta_jars`).
 """
 
 from __future__ import annotations
@@ -745,6 +748,10 @@ def test_the_zero_row_arrow_form_without_a_job_equals_to_arrow_s(
         "array(1, 2) AS arr, map('a', 1) AS m, named_struct('a', 1, 'b', 'x') AS st, "
         "array(named_struct('k', 'v')) AS nested"
     )
+    if pyspark_35():  # no toArrow to build like: the zero-row form is a job's, as the right side
+        from deltasink.batch import spark_arrow_schema
+
+        assert spark_arrow_schema(frame) is None
     key = "spark.sql.execution.arrow.useLargeVarTypes"
     before = delta_spark.conf.get(key, None)
     delta_spark.conf.set(key, large)
@@ -1011,3 +1018,54 @@ def test_arrow_input_with_an_empty_record_batch_keeps_every_row(
     assert [b.num_rows for b in batch.to_batches()] == [2, 0, 1, 1]
     sink(target, delta_spark).write(batch, 0)
     assert support.ids(target) == [1, 2, 3, 4]
+
+
+def test_an_arrow_table_becomes_a_dataframe_value_for_value(delta_spark: Any) -> None:
+    """``spark_frame``: PySpark 4's ``createDataFrame(pyarrow.Table)``; on classic 3.5,
+    which has none, the record batches sent to the JVM as an Arrow stream. The same
+    values either way: NaN apart from null, -0.0 kept, nanoseconds floored, a zone-less
+    timestamp a TIMESTAMP_NTZ, a large string a string; zero rows and no given schema."""
+    import datetime as dt
+    import math
+    from decimal import Decimal
+
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import TimestampNTZType
+
+    from deltasink.batch import spark_frame
+
+    table = pa.table(
+        {
+            "f": pa.array([float("nan"), None, -0.0], pa.float64()),
+            "ts": pa.array([1_000_000_001_999, None, 0], pa.timestamp("ns", tz="UTC")),
+            "ntz": pa.array([1, 2, None], pa.timestamp("us")),
+            "d": pa.array([Decimal("1.25"), None, Decimal("-2.50")], pa.decimal128(5, 2)),
+            "s": pa.array(["a", None, ""], pa.large_string()),
+            "l": pa.array([[1], [], None], pa.list_(pa.int32())),
+        }
+    )
+    schema = from_arrow_schema(table.schema, prefer_timestamp_ntz=True)
+    frame = spark_frame(delta_spark, table, schema)
+    assert frame.schema["ntz"].dataType == TimestampNTZType()
+    rows = sorted(spark_arrow(frame).to_pylist(), key=lambda r: r["s"] is None)
+    assert math.isnan(rows[0]["f"])
+    assert (str(rows[1]["f"]), rows[2]["f"]) == ("-0.0", None)
+    utc = dt.timezone.utc
+    assert [r["ts"] for r in rows] == [
+        dt.datetime(1970, 1, 1, 0, 16, 40, 1, tzinfo=utc),
+        dt.datetime(1970, 1, 1, tzinfo=utc),
+        None,
+    ]
+    assert [r["ntz"] for r in rows] == [
+        dt.datetime(1970, 1, 1, 0, 0, 0, 1),
+        None,
+        dt.datetime(1970, 1, 1, 0, 0, 0, 2),
+    ]
+    assert [(r["d"], r["s"], r["l"]) for r in rows] == [
+        (Decimal("1.25"), "a", [1]),
+        (Decimal("-2.50"), "", None),
+        (None, None, []),
+    ]
+    assert spark_frame(delta_spark, table.slice(0, 0), schema).count() == 0
+    inferred = spark_frame(delta_spark, pa.table({"a": [2, 1], "b": ["x", "y"]}))
+    assert [tuple(r) for r in inferred.orderBy("a").collect()] == [(1, "y"), (2, "x")]
