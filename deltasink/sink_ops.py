@@ -13,6 +13,7 @@ from deltasink.core.committables import GcResult
 from deltasink.core.protocol import TwoPhaseCommit
 from deltasink.errors import ConfigurationError
 from deltasink.failures import named_storage_errors
+from deltasink.input.arrow import spark_frame
 from deltasink.ops.checkpoint import ResumePoint
 from deltasink.ops.history import HistoryEntry, ledger_table
 from deltasink.ops.status import SinkStatus
@@ -143,7 +144,8 @@ class SinkOperations:
             from deltasink.backends.embedded import embedded_spark
 
             session = embedded_spark()
-        return session.createDataFrame(ledger_table(self.app_id, self.history(limit)))
+        frame: DataFrame = spark_frame(session, ledger_table(self.app_id, self.history(limit)))
+        return frame
 
     @named_storage_errors
     def history(self, limit: int | None = None) -> list[HistoryEntry]:

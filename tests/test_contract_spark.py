@@ -12,6 +12,9 @@ asked). To run them where Maven is reachable::
 separated). A classic session cannot share a process with the embedded engine's Spark
 Connect session, so inside the full suite (where that session exists) the module is run
 again in a process of its own by :func:`test_delta_spark_suite_in_its_own_process`.
+
+Under PySpark 3.5 (``make test-spark35``, Databricks 14.3-15.4 LTS) the same module runs
+on Delta 3.3.3's Scala 2.12 jars (``../shared/delta-spark-3.5/``, see :func:`delta_jars`).
 """
 
 from __future__ import annotations
@@ -76,14 +79,34 @@ def sliced(values: list[Any], keep: tuple[Any, ...]) -> list[Any]:
     ]
 
 
+def pyspark_35() -> bool:
+    """Whether this interpreter's PySpark is 3.5 (``make test-spark35``): Delta 3.x, whose
+    jars are built for Scala 2.12, where PySpark 4 takes Delta 4.x for Scala 2.13."""
+    try:
+        import pyspark
+    except ImportError:
+        return False
+    return pyspark.__version__.startswith("3.5.")
+
+
+def delta_jar_names() -> tuple[str, str]:
+    """``(folder beside the repository, jar name prefix)`` for this PySpark: Delta 3.3.3
+    for Scala 2.12 under PySpark 3.5, Delta 4.4 for Scala 2.13 under PySpark 4."""
+    if pyspark_35():
+        return "delta-spark-3.5", "delta-spark_2.12-"
+    return "delta-spark", "delta-spark_2.13-"
+
+
 def delta_jars() -> list[str]:
-    """delta-spark's jars: ``DELTASINK_DELTA_JARS``, else ``../shared/delta-spark/`` beside
-    the repository, else where a previous download or an admin left them."""
+    """delta-spark's jars: ``DELTASINK_DELTA_JARS``, else ``../shared/delta-spark/``
+    beside the repository (``../shared/delta-spark-3.5/`` under PySpark 3.5), else where
+    a previous download or an admin left them."""
     listed = os.environ.get("DELTASINK_DELTA_JARS")
     if listed:
         return [p for p in listed.split(os.pathsep) if p]
-    shared = sorted(glob.glob(str(ROOT.parent / "shared" / "delta-spark" / "*.jar")))
-    if any("delta-spark" in os.path.basename(p) for p in shared):
+    folder, prefix = delta_jar_names()
+    shared = sorted(glob.glob(str(ROOT.parent / "shared" / folder / "*.jar")))
+    if any(os.path.basename(p).startswith(prefix) for p in shared):
         return shared  # built from Delta's source beside the repo (CI and this machine)
     import pyspark
 
@@ -94,7 +117,7 @@ def delta_jars() -> list[str]:
     ]
     found = []
     for root in roots:
-        found += glob.glob(os.path.join(root, "*delta-spark_2.13-*.jar"))
+        found += glob.glob(os.path.join(root, f"*{prefix}*.jar"))
         found += glob.glob(os.path.join(root, "*delta-storage-*.jar"))
     spark_ok = any("delta-spark" in os.path.basename(p) for p in found)
     return sorted(found) if spark_ok else []
@@ -129,6 +152,13 @@ pytestmark = [
     # The run as a whole is bounded instead (test_delta_spark_suite_in_its_own_process).
     pytest.mark.timeout(0),
 ]
+if pyspark_35():  # py4j 0.10.9.7 leaves gateway sockets to the GC: its warning, not ours
+    pytestmark += [
+        pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),
+        pytest.mark.filterwarnings(
+            "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning"
+        ),
+    ]
 
 
 def connect_mode() -> bool:
@@ -741,6 +771,10 @@ def test_the_zero_row_arrow_form_without_a_job_equals_to_arrow_s(
         "array(1, 2) AS arr, map('a', 1) AS m, named_struct('a', 1, 'b', 'x') AS st, "
         "array(named_struct('k', 'v')) AS nested"
     )
+    if pyspark_35():  # no toArrow to build like: the zero-row form is a job's, as the right side
+        from deltasink.input.arrow import spark_arrow_schema
+
+        assert spark_arrow_schema(frame) is None
     key = "spark.sql.execution.arrow.useLargeVarTypes"
     before = delta_spark.conf.get(key, None)
     delta_spark.conf.set(key, large)
@@ -1015,3 +1049,54 @@ def test_arrow_input_with_an_empty_record_batch_keeps_every_row(
     assert [b.num_rows for b in batch.to_batches()] == [2, 0, 1, 1]
     sink(target, delta_spark).write(batch, 0)
     assert support.ids(target) == [1, 2, 3, 4]
+
+
+def test_an_arrow_table_becomes_a_dataframe_value_for_value(delta_spark: Any) -> None:
+    """``spark_frame``: PySpark 4's ``createDataFrame(pyarrow.Table)``; on classic 3.5,
+    which has none, the record batches sent to the JVM as an Arrow stream. The same
+    values either way: NaN apart from null, -0.0 kept, nanoseconds floored, a zone-less
+    timestamp a TIMESTAMP_NTZ, a large string a string; zero rows and no given schema."""
+    import datetime as dt
+    import math
+    from decimal import Decimal
+
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import TimestampNTZType
+
+    from deltasink.input.arrow import spark_frame
+
+    table = pa.table(
+        {
+            "f": pa.array([float("nan"), None, -0.0], pa.float64()),
+            "ts": pa.array([1_000_000_001_999, None, 0], pa.timestamp("ns", tz="UTC")),
+            "ntz": pa.array([1, 2, None], pa.timestamp("us")),
+            "d": pa.array([Decimal("1.25"), None, Decimal("-2.50")], pa.decimal128(5, 2)),
+            "s": pa.array(["a", None, ""], pa.large_string()),
+            "l": pa.array([[1], [], None], pa.list_(pa.int32())),
+        }
+    )
+    schema = from_arrow_schema(table.schema, prefer_timestamp_ntz=True)
+    frame = spark_frame(delta_spark, table, schema)
+    assert frame.schema["ntz"].dataType == TimestampNTZType()
+    rows = sorted(spark_arrow(frame).to_pylist(), key=lambda r: r["s"] is None)
+    assert math.isnan(rows[0]["f"])
+    assert (str(rows[1]["f"]), rows[2]["f"]) == ("-0.0", None)
+    utc = dt.timezone.utc
+    assert [r["ts"] for r in rows] == [
+        dt.datetime(1970, 1, 1, 0, 16, 40, 1, tzinfo=utc),
+        dt.datetime(1970, 1, 1, tzinfo=utc),
+        None,
+    ]
+    assert [r["ntz"] for r in rows] == [
+        dt.datetime(1970, 1, 1, 0, 0, 0, 1),
+        None,
+        dt.datetime(1970, 1, 1, 0, 0, 0, 2),
+    ]
+    assert [(r["d"], r["s"], r["l"]) for r in rows] == [
+        (Decimal("1.25"), "a", [1]),
+        (Decimal("-2.50"), "", None),
+        (None, None, []),
+    ]
+    assert spark_frame(delta_spark, table.slice(0, 0), schema).count() == 0
+    inferred = spark_frame(delta_spark, pa.table({"a": [2, 1], "b": ["x", "y"]}))
+    assert [tuple(r) for r in inferred.orderBy("a").collect()] == [(1, "y"), (2, "x")]

@@ -514,19 +514,43 @@ def test_bundle_is_valid_and_matches_the_templates() -> None:
 JVM_TIMEOUT_S = 900
 
 
+def template_engine() -> str:
+    """The engine the template test runs: ``spark`` on PySpark 3.5 with Delta 3.3.3's
+    jars (``make test-spark35``: Spark makes the commits, as on Databricks 14.3-15.4
+    LTS), else ``embedded`` (no Delta jars in the session: delta-rs makes them; the
+    spark engine's ``foreachBatch`` on PySpark 4 is tests/test_stream_soak.py's)."""
+    from tests.test_contract_spark import REASON, pyspark_35
+
+    return "spark" if pyspark_35() and REASON is None else "embedded"
+
+
+def template_submit_args(engine: str) -> str:
+    """``PYSPARK_SUBMIT_ARGS`` for the template's session: with Delta's jars, extension
+    and catalog on the spark engine (what ``--packages io.delta:...`` gives a cluster)."""
+    args = (
+        "--master local[1] --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false"
+    )
+    args += " --driver-java-options -XX:TieredStopAtLevel=1"  # JIT: start faster
+    if engine == "spark":
+        from tests.test_contract_spark import delta_jars
+
+        args += f" --jars {','.join(delta_jars())}"
+        args += " --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension"
+        args += " --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        args += " --conf spark.databricks.delta.snapshotPartitions=1"
+        args += " --conf spark.sql.shuffle.partitions=1"
+    return args + " pyspark-shell"
+
+
 @pytest.mark.jvm
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
-def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [template_engine()])
+def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path, engine: str) -> None:
     """Real writeStream.foreachBatch with a Spark checkpoint: a crash after the sink
     committed batch 1, before Spark recorded it, replays batch 1 as a no-op."""
-    env = {
-        "PYSPARK_SUBMIT_ARGS": (
-            "--master local[1] --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false"
-            " --driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell"  # JIT: start faster
-        )
-    }
+    env = {"PYSPARK_SUBMIT_ARGS": template_submit_args(engine)}
     args = ["--lake", str(tmp_path), "--max-files", "1"]
     target = str(tmp_path / "silver" / "orders_spark")
     commits = tmp_path / "_checkpoints" / "orders_stream_spark" / "commits"
@@ -544,7 +568,10 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path) -> Non
 
     restarted = run("streaming_upsert_databricks.py", *args, timeout=JVM_TIMEOUT_S, **env)
     assert restarted.returncode == 0, restarted.stderr
-    assert "engine: embedded (auto: no Delta-enabled Spark session" in restarted.stdout
+    assert {
+        "embedded": "engine: embedded (auto: no Delta-enabled Spark session",
+        "spark": "engine: spark (auto: a Spark session with delta-spark's DeltaSparkSessionExtension)",
+    }[engine] in restarted.stdout
     assert lines(restarted, "batch ") == [
         "batch 1: already committed as version 1 (a replay)",
         "batch 2: committed as version 2",

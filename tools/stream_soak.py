@@ -12,7 +12,8 @@ row came from). The job is ``tests/jvm/stream_job.py``: ``readStream.json`` with
 ``maxFilesPerTrigger=1``, its own checkpoint, ``foreachBatch(sink.foreach_batch)``
 into an ``append`` target, so a batch applied twice shows as repeated ids. With
 ``--engine spark`` (the default) the session loads Delta's jars (``DELTASINK_DELTA_JARS``,
-else ``../shared/delta-spark``) and delta-spark makes every commit.
+else ``../shared/delta-spark``, ``../shared/delta-spark-3.5`` under PySpark 3.5) and
+delta-spark makes every commit.
 
 Every start of the job is killed (its whole process group, the JVM included) at one
 instant chosen at random, up to ``--max-kills`` times per trial; then a last start runs
@@ -622,6 +623,15 @@ class Summary:
         return "\n".join(lines)
 
 
+def shared_jar_folder() -> str:
+    """The folder of ``../shared`` with Delta's jars for this interpreter's PySpark:
+    ``delta-spark-3.5`` (Delta 3.3.3, Scala 2.12) under PySpark 3.5, else ``delta-spark``
+    (Delta 4.4, Scala 2.13)."""
+    from importlib.metadata import version
+
+    return "delta-spark-3.5" if version("pyspark").startswith("3.5.") else "delta-spark"
+
+
 def job_env(engine: str) -> dict[str, str]:
     """This environment for a classic PySpark job (no Spark Connect markers)."""
     env = {
@@ -635,9 +645,10 @@ def job_env(engine: str) -> dict[str, str]:
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env["DELTASINK_STREAM_ENGINE"] = engine
     if engine == "spark" and not env.get("DELTASINK_DELTA_JARS"):
-        jars = sorted(str(p) for p in (ROOT.parent / "shared" / "delta-spark").glob("*.jar"))
+        folder = ROOT.parent / "shared" / shared_jar_folder()
+        jars = sorted(str(p) for p in folder.glob("*.jar"))
         if not jars:
-            raise SystemExit("the spark engine needs DELTASINK_DELTA_JARS or ../shared/delta-spark")
+            raise SystemExit(f"the spark engine needs DELTASINK_DELTA_JARS or {folder}")
         env["DELTASINK_DELTA_JARS"] = os.pathsep.join(jars)
     return env
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltasink.errors import (
     InvalidInputError,
@@ -26,6 +27,7 @@ __all__ = [
     "spark_arrow",
     "spark_arrow_schema",
     "spark_empty",
+    "spark_frame",
     "spark_input",
     "spark_to_arrow",
 ]
@@ -118,6 +120,70 @@ def spark_input(table: pa.Table) -> pa.Table:
     empty one is dropped); zero-copy."""
     batches = [b for b in table.to_batches() if b.num_rows]
     return pa.Table.from_batches(batches, schema=table.schema)
+
+
+def spark_frame(spark: Any, table: pa.Table, schema: Any = None) -> Any:
+    """``spark.createDataFrame(table, schema)`` for an Arrow table (its empty record
+    batches dropped, :func:`spark_input`), on every supported PySpark.
+
+    PySpark 4 takes a ``pyarrow.Table``. Classic PySpark 3.5 does not (it reads the
+    table as rows: ``CANNOT_INFER_SCHEMA_FOR_TYPE``); there the record batches go to the
+    JVM as one Arrow stream, as PySpark 4 sends them and as 3.5 sends its own pandas
+    input: cast to the Arrow form of the Spark schema (nanoseconds floored to
+    microseconds; a zone-less timestamp for a ``TIMESTAMP`` column read in the session
+    time zone), no pandas in between (NaN stays apart from null).
+
+    Args:
+        spark: The session.
+        table: The rows.
+        schema: A Spark ``StructType``, or ``None`` for the table's own
+            (``from_arrow_schema``).
+    """
+    import pyspark
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    data = spark_input(table)
+    if data.num_rows == 0:  # no batch left: PySpark 4.2 fails on a nested column then
+        return spark.createDataFrame([], schema or from_arrow_schema(data.schema))
+    if not pyspark.__version__.startswith("3.") or getattr(spark, "_jsparkSession", None) is None:
+        # PySpark 4 (classic and Spark Connect), or not a classic session
+        return (
+            spark.createDataFrame(data) if schema is None else spark.createDataFrame(data, schema)
+        )
+    import pyarrow.types as types
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampType
+
+    if schema is None:
+        schema = from_arrow_schema(data.schema)
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    columns: list[Any] = []
+    for raw, field in zip(data.columns, schema.fields, strict=True):
+        column: Any = raw
+        if types.is_timestamp(column.type) and column.type.unit == "ns":
+            column = pc.floor_temporal(column, unit="microsecond")
+        if (
+            types.is_timestamp(column.type)
+            and column.type.tz is None
+            and isinstance(field.dataType, TimestampType)
+        ):
+            column = pc.assume_timezone(column, zone)
+        columns.append(column)
+    data = pa.Table.from_arrays(columns, names=data.column_names).cast(to_arrow_schema(schema))
+
+    def reader(path: str) -> Any:
+        return spark._jvm.PythonSQLUtils.readArrowStreamFromFile(path)
+
+    def server() -> Any:
+        return spark._jvm.ArrowIteratorServer()
+
+    batches = data.to_batches()
+    jiter = spark.sparkContext._serialize_to_jvm(batches, ArrowStreamSerializer(), reader, server)
+    frame = spark._jvm.PythonSQLUtils.toDataFrame(jiter, schema.json(), spark._jsparkSession)
+    from pyspark.sql import DataFrame
+
+    return DataFrame(frame, spark)
 
 
 def check_names(names: Sequence[str]) -> None:

@@ -1,6 +1,6 @@
 """PySpark 3.5 (Databricks 14.3 to 15.4 LTS): what works without Delta's JVM jars.
 
-Run by ``make test-spark35`` in ``.venv-spark35/`` (pyspark 3.5.7, classic sessions;
+Run by ``make test-spark35`` in ``.venv-spark35/`` (pyspark 3.5.9, classic sessions;
 PySpark 3.5 has no ``DataFrame.toArrow``). In the main environment (PySpark 4) the
 module skips. Covered: 3.5 DataFrames into the embedded (delta-rs) engine, batch and
 ``foreachBatch``; ``delete_when`` evaluated by the 3.5 session; the spark engine's

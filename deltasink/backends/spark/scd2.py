@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deltasink.input.arrow import spark_arrow, spark_input
+from deltasink.input.arrow import spark_arrow, spark_frame
 from deltasink.input.sql import DELETE_COLUMN, quote
 from deltasink.shapes.merge import compile_merge
 from deltasink.shapes.scd2 import changes
@@ -59,7 +59,7 @@ def history_changes(
     if target is not None:
         types.update({f.name: f.dataType for f in target.schema.fields})
     schema = StructType([StructField(c, types[c], True) for c in rows.column_names])
-    return spark.createDataFrame(spark_input(rows), schema=schema)
+    return spark_frame(spark, rows, schema)  # PySpark 3.5 classic too
 
 
 def history_merge_sql(

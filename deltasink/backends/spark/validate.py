@@ -17,7 +17,7 @@ from deltasink.errors import (
     KeyColumnError,
     SchemaMismatchError,
 )
-from deltasink.input.arrow import collect_empty, is_spark_dataframe, spark_empty, spark_input
+from deltasink.input.arrow import collect_empty, is_spark_dataframe, spark_empty, spark_frame
 from deltasink.input.batch import SCD2_DUPLICATES, check_required, collect, prepare
 from deltasink.input.keys import nan_key_error
 from deltasink.input.rows import check_row_predicates
@@ -92,7 +92,7 @@ def as_dataframe(batch: object, sql: SparkSql) -> Any:
         # A zone-less Arrow timestamp is TIMESTAMP_NTZ (PySpark would make it a
         # session-zone TIMESTAMP, another type and another instant).
         schema = from_arrow_schema(batch.schema, prefer_timestamp_ntz=True)
-        return sql.session().createDataFrame(spark_input(batch), schema=schema)
+        return spark_frame(sql.session(), batch, schema)  # PySpark 3.5 classic too
     return batch
 
 
