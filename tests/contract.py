@@ -123,6 +123,22 @@ def spark_tables(session: Any) -> Callable[[pa.Table], Any]:
     return make
 
 
+def spark_harness(session: Any, target: str, app_id: str, **sink_kwargs: Any) -> Harness:
+    """The contract's harness on the spark engine over ``session`` (classic or Spark
+    Connect): batches of ``(id long, value string)`` rows, tables with their schema."""
+
+    def make_batch(ids: list[int]) -> Any:
+        return session.createDataFrame([(i, f"v{i}") for i in ids], "id long, value string")
+
+    return Harness(
+        target=target,
+        app_id=app_id,
+        make_batch=make_batch,
+        make_table=spark_tables(session),
+        sink_kwargs={"engine": "spark", "spark": session, **sink_kwargs},
+    )
+
+
 def fail_when_publishing(version: int, exc: BaseException) -> Callable[..., None]:
     """A fault action failing every publish attempt that includes ``version``."""
 

@@ -37,12 +37,11 @@ from deltasink.backends.spark.conf import (
 from deltasink.backends.spark.errors import error_types, is_missing
 from tests import support
 from tests.connect_server import ROOT, ConnectServer, unavailable
-from tests.contract import Harness, SinkContract, spark_tables
+from tests.contract import Harness, SinkContract, spark_harness
 
 # The classic suite's engine tests, run here on the Connect session: a test function
 # imported into this module uses this module's ``delta_spark`` fixture below.
 from tests.test_contract_spark import (
-    spark_batches,
     test_a_newer_writer_fences_the_older_one,
     test_abort_then_restage_an_empty_version,
     test_an_empty_batch_is_one_commit_without_files,
@@ -116,13 +115,7 @@ class TestSparkEngineOverConnect(SinkContract):
     @pytest.fixture
     def harness(self, target: str, connect_spark: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
         monkeypatch.setattr(SparkBackend, "default_log_reader", "spark")
-        return Harness(
-            target=target,
-            app_id="contract-connect",
-            make_batch=spark_batches(connect_spark),
-            make_table=spark_tables(connect_spark),
-            sink_kwargs={"engine": "spark", "spark": connect_spark},
-        )
+        return spark_harness(connect_spark, target, "contract-connect")
 
     # The staging table holds one Delta schema: a changed type is refused at the staging
     # write (DELTA_FAILED_TO_MERGE_FIELDS), so no version can get stuck with one (as on

@@ -53,7 +53,7 @@ from deltasink.backends.spark import SparkBackend
 from deltasink.backends.spark.conf import TXN_APP_ID, TXN_VERSION, USER_METADATA
 from deltasink.input.arrow import spark_arrow, spark_empty
 from tests import support
-from tests.contract import Harness, SinkContract, spark_tables
+from tests.contract import Harness, SinkContract, spark_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = "DELTASINK_SPARK_CONTRACT_CHILD"
@@ -274,25 +274,12 @@ def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.stop()
 
 
-def spark_batches(session: Any) -> Any:
-    def make(ids: list[int]) -> Any:
-        return session.createDataFrame([(i, f"v{i}") for i in ids], "id long, value string")
-
-    return make
-
-
 class TestSparkBackendDeltaRsLogs(SinkContract):
     """Spark makes the commits; delta-rs reads the logs (local paths). Coalesced."""
 
     @pytest.fixture
     def harness(self, target: str, delta_spark: Any) -> Harness:
-        return Harness(
-            target=target,
-            app_id="contract-spark",
-            make_batch=spark_batches(delta_spark),
-            make_table=spark_tables(delta_spark),
-            sink_kwargs={"engine": "spark", "spark": delta_spark},
-        )
+        return spark_harness(delta_spark, target, "contract-spark")
 
     # The staging table holds one Delta schema: a changed type is refused at the staging
     # write (DELTA_FAILED_TO_MERGE_FIELDS), so no version can get stuck with one.
@@ -307,13 +294,7 @@ class TestSparkBackendSparkLogs(SinkContract):
     @pytest.fixture
     def harness(self, target: str, delta_spark: Any, monkeypatch: pytest.MonkeyPatch) -> Harness:
         monkeypatch.setattr(SparkBackend, "default_log_reader", "spark")
-        return Harness(
-            target=target,
-            app_id="contract-spark-logs",
-            make_batch=spark_batches(delta_spark),
-            make_table=spark_tables(delta_spark),
-            sink_kwargs={"engine": "spark", "spark": delta_spark, "coalesce": False},
-        )
+        return spark_harness(delta_spark, target, "contract-spark-logs", coalesce=False)
 
     # The merge shapes publish through the same MERGE/replaceWhere whichever engine
     # reads the logs, and are never coalesced: the class above covers them on this

@@ -8,7 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from deltasink.core.committables import LostMarker, StagedVersion
-from deltasink.errors import ConfigurationError, MarkerLostError, StagingOwnershipError
+from deltasink.errors import (
+    CommitError,
+    ConfigurationError,
+    MarkerLostError,
+    StagingOwnershipError,
+)
 from deltasink.locations import same_location
 from deltasink.ops.layout import PROP_APP, PROP_TARGET
 from deltasink.shapes.spec import MergeSpec
@@ -18,6 +23,7 @@ __all__ = [
     "MarkGuard",
     "check_owner",
     "check_publish",
+    "claim_exhausted",
     "decide_committed",
     "foreign_intent",
     "refuse_spec_change",
@@ -203,3 +209,14 @@ class MarkGuard:
             )
             self._warned = mark
         return decided
+
+
+def claim_exhausted(staging: str, app_id: str, attempts: int) -> CommitError:
+    """The error of a writer-epoch claim that lost to concurrent claims ``attempts``
+    times in a row (both engines' fencing)."""
+    return CommitError(
+        f"could not claim a writer epoch on {staging} after {attempts} attempts: other "
+        "writers with the same app_id keep claiming it. Run one writer per app_id.",
+        table=staging,
+        app_id=app_id,
+    )

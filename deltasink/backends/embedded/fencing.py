@@ -16,7 +16,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltasink.backends.deltalog.commits import commit_properties, post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog, epoch_of
 from deltasink.backends.deltalog.tables import plain
-from deltasink.errors import CommitError, FencedError, StorageError
+from deltasink.core.guards import claim_exhausted
+from deltasink.errors import FencedError, StorageError
 from deltasink.locations import is_local
 from deltasink.ops.layout import (
     FORMAT,
@@ -103,12 +104,7 @@ class Fence:
             once,
             attempts=_CLAIM_ATTEMPTS,
             retryable=lambda exc: isinstance(exc, CommitFailedError),  # a concurrent claim
-            exhausted=lambda n, _exc: CommitError(
-                f"could not claim a writer epoch on {log.uri} after {n} attempts: other "
-                "writers with the same app_id keep claiming it. Run one writer per app_id.",
-                table=log.uri,
-                app_id=log.app_id,
-            ),
+            exhausted=lambda n, _exc: claim_exhausted(log.uri, log.app_id, n),
             what=f"claiming an epoch on {log.uri}",
             cap=0.0,
             before_retry=table.update_incremental,

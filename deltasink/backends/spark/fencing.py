@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import uuid
 
-from deltasink.errors import CommitError, FencedError
+from deltasink.core.guards import claim_exhausted
+from deltasink.errors import FencedError
 from deltasink.ops.history import user_metadata
 from deltasink.ops.layout import PROP_EPOCH
 from deltasink.retry import retry
@@ -117,12 +118,7 @@ class Fence:
             attempts=_CLAIM_ATTEMPTS,
             # another writer claimed at the same time
             retryable=lambda exc: isinstance(exc, _ClaimLost) or is_conflict(exc),
-            exhausted=lambda n, _exc: CommitError(
-                f"could not claim a writer epoch on {t.staging} after {n} attempts: other "
-                "writers with the same app_id keep claiming it. Run one writer per app_id.",
-                table=t.staging,
-                app_id=t.app_id,
-            ),
+            exhausted=lambda n, _exc: claim_exhausted(t.staging, t.app_id, n),
             what=f"claiming an epoch on {t.staging}",
             cap=0.0,
         )
