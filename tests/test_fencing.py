@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from deltasink import CommitError, DeltaSink, FencedError, MergeSpec
+from deltasink import CommitError, DeltaSink, FencedError, MarkerLostError, MergeSpec
 from deltasink._faults import armed
 from deltasink.backends.embedded.publish import TargetWriter as TargetTable
 from tests import support
@@ -146,12 +146,23 @@ def test_a_rewritten_target_does_not_get_old_versions_again(
     write_deltalake(target, batch(0, 1, 2))
     assert support.marker(target, "job") is None
     replay = DeltaSink(target, "job", APPEND)
+    # Versions up to the staging mark (1: recorded by the intent of version 2) are not
+    # applied again. The last version (2) was published directly: its outcome is in the
+    # target alone, which lost it with its history, so its replay is refused by name
+    # (never applied twice) and staged; the runbook's way out: the copy holds it, abort.
     with caplog.at_level(logging.WARNING, "deltasink"):
-        assert replay.pre_commit(batch(2), 2).state == "already_committed"
+        assert replay.pre_commit(batch(1), 1).state == "already_committed"
+        with pytest.raises(CommitError, match="may already be in the target") as info:
+            replay.write(batch(2), 2)
+    assert isinstance(info.value.__cause__, MarkerLostError)
+    assert (info.value.__cause__.marker, info.value.__cause__.mark) == (None, 1)
     assert any("rewritten or its txn markers expired" in r.getMessage() for r in caplog.records)
-    assert replay.status().committed_version == 2
+    assert support.ids(target) == [0, 1, 2]
+    assert replay.abort(2)
+    assert replay.status().committed_version == 1
     replay.write(batch(3), 3)  # new versions still flow
     assert support.ids(target) == [0, 1, 2, 3]
+    assert replay.status().committed_version == 3
 
 
 def test_coalesced_run_is_refused_when_the_marker_moved_inside_it(target: str) -> None:
@@ -186,6 +197,7 @@ def test_gc_expires_unreferenced_files_and_keeps_pending_ones(target: str) -> No
     assert support.ids(target) == [0, 1, 2]
     assert list(Path(sink.staging, "_delta_log").glob("*.checkpoint.parquet"))
     sink.write(batch(4), 4)
+    sink.write(batch(5), 5)  # its intent records 4 as committed
     sink.gc(retention=0)
     assert partition_dirs(sink.staging) == []  # 2 and 4 committed, 3 now below the mark
     assert sink.status().pending_versions == []

@@ -425,8 +425,9 @@ def test_write_with_nothing_staged_publishes_without_a_staging_write(target: str
     assert report.cleaned_versions == ()
     assert support.rows(target) == [{"id": 1, "v": "a"}, {"id": 2, "v": "B"}, {"id": 3, "v": "c"}]
     assert {v: len(c) for v, c in support.txn_commits(target, "direct").items()} == {0: 1, 1: 1}
-    # No staged data ever: each write is a publish intent, the target commit, and the
-    # committed mark; the staging log holds no data file and no stage commit.
+    # No staged data ever: each write is one publish intent (carrying the committed
+    # mark of the write before) and the target commit; the staging log holds no data
+    # file and no stage commit.
     assert support.staged_files_on_disk(sink.staging) == []
     assert all(
         "add" not in a and "remove" not in a
@@ -435,8 +436,9 @@ def test_write_with_nothing_staged_publishes_without_a_staging_write(target: str
     )
     operations = staging_operations(sink.staging)
     assert "stage" not in operations
-    assert operations[-4:] == ["publish-intent", "committed-mark"] * 2
-    assert DeltaTable(sink.staging).transaction_version("direct#committed") == 1
+    assert operations[-3:] == ["claim-epoch", "publish-intent", "publish-intent"]
+    assert DeltaTable(sink.staging).transaction_version("direct#publishing") == 1
+    assert DeltaTable(sink.staging).transaction_version("direct#committed") == 0
     assert sink.status().committed_version == 1
     # A replay (the caller was not acknowledged) changes nothing.
     assert sink.write(pa.table({"id": [9], "v": ["x"]}), 1).results == ()
@@ -497,7 +499,7 @@ class LogReads:
         return sum(n for where, n in self.counts.items() if where.endswith(uri.rstrip("/")))
 
 
-def test_a_direct_write_lists_the_staging_log_once_and_makes_two_staging_commits(
+def test_a_direct_write_lists_the_staging_log_once_and_makes_one_staging_commit(
     target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sink = DeltaSink(target, "reads", MergeSpec(keys=["id"]))
@@ -513,10 +515,11 @@ def test_a_direct_write_lists_the_staging_log_once_and_makes_two_staging_commits
         # target's: never listed. The sink's own MERGE left its snapshot at the
         # latest version, and no next commit file exists (one stat per refresh).
         assert (reads.of(sink.staging), reads.of(target)) == (1, 0), reads.counts
-    assert support.table_version(sink.staging) == staging_before + 3 * 2  # intent + mark
-    assert staging_operations(sink.staging)[-6:] == ["publish-intent", "committed-mark"] * 3
+    assert support.table_version(sink.staging) == staging_before + 3  # the intents
+    assert staging_operations(sink.staging)[-3:] == ["publish-intent"] * 3
     assert DeltaTable(sink.staging).transaction_version("reads#publishing") == 3
-    assert DeltaTable(sink.staging).transaction_version("reads#committed") == 3
+    # Each intent records the version committed before it.
+    assert DeltaTable(sink.staging).transaction_version("reads#committed") == 2
     assert support.ids(target) == [1, 2, 3]
 
 
@@ -818,9 +821,9 @@ def test_expired_logs_are_still_cleaned_around_checkpoints(target: str) -> None:
 def test_the_staging_log_is_cleaned_around_its_checkpoints_by_direct_writes(
     target: str,
 ) -> None:
-    """A direct write makes two staging commits on one state read (the intent, then
-    the mark): the clean-up must still come with the commit that writes a checkpoint,
-    whichever of the two it is, so the staging log stays short."""
+    """A direct write makes one staging commit (the intent, which carries the mark of
+    the write before): the clean-up must still come with the commit that writes a
+    checkpoint, so the staging log stays short."""
     sink = DeltaSink(target, "short", MergeSpec(keys=["id"]))
     sink.write(pa.table({"id": [0], "v": ["a"]}), 0)
     DeltaTable(sink.staging).alter.set_table_properties(
@@ -834,7 +837,7 @@ def test_the_staging_log_is_cleaned_around_its_checkpoints_by_direct_writes(
     assert checkpoints  # checkpoints were written ...
     assert commits[0] >= checkpoints[-1] - 4  # ... and the commits before them removed
     assert len(commits) <= 8
-    assert DeltaTable(sink.staging).transaction_version("short#committed") == 20
+    assert DeltaTable(sink.staging).transaction_version("short#committed") == 19
     assert support.marker(target, "short") == 20
 
 

@@ -528,7 +528,14 @@ def test_expired_markers_with_nothing_pending_go_on_from_the_staging_mark(target
     write_deltalake(target, rows)  # markers gone, every committed version cleaned up
     restarted = DeltaSink(target, "job", APPEND)
     assert restarted.recover().committed_versions == []
-    assert restarted.write(batch(1), 1).committed_versions == []  # still a replay
+    assert restarted.write(batch(0), 0).committed_versions == []  # still a replay
+    # Version 1 was published directly, its outcome recorded only by the target (and
+    # the next write's intent): with the target's history gone, its replay is refused
+    # by name, never applied twice. The runbook's way out: the copy holds it, abort it.
+    with pytest.raises(CommitError, match="may already be in the target") as info:
+        restarted.write(batch(1), 1)
+    assert isinstance(info.value.__cause__, MarkerLostError)
+    assert restarted.abort(1)
     restarted.write(batch(2), 2)
     assert support.ids(target) == [0, 1, 2]
 

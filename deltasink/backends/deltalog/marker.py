@@ -96,11 +96,39 @@ def _hint(log: str) -> tuple[int, int | None] | None:
     return int(hint["version"]), (int(parts) if parts else None)
 
 
+#: The answers of :func:`_from_checkpoint`, by checkpoint file (its path, size and
+#: modification time: a table deleted and created again may reuse the name) and app id.
+_CHECKPOINTS: dict[tuple[str, int, int, str], tuple[int | None, bool]] = {}
+_CHECKPOINTS_MAX = 256
+
+
 def _from_checkpoint(
     log: str, version: int, parts: int | None, app_id: str
 ) -> tuple[int | None, bool]:
     """``app_id``'s marker in the checkpoint at ``version``, and whether its metadata
-    sets a transaction retention."""
+    sets a transaction retention. A checkpoint file never changes, so each is read once
+    (a steady writer reads the same checkpoint for ``delta.checkpointInterval`` commits)."""
+    first = os.path.join(
+        log,
+        f"{version:020d}.checkpoint.parquet"
+        if parts is None
+        else f"{version:020d}.checkpoint.{1:010d}.{parts:010d}.parquet",
+    )
+    stat = os.stat(first)
+    key = (first, stat.st_size, stat.st_mtime_ns, app_id)
+    found = _CHECKPOINTS.get(key)
+    if found is None:
+        found = _read_checkpoint(log, version, parts, app_id)
+        if len(_CHECKPOINTS) >= _CHECKPOINTS_MAX:
+            _CHECKPOINTS.clear()
+        _CHECKPOINTS[key] = found
+    return found
+
+
+def _read_checkpoint(
+    log: str, version: int, parts: int | None, app_id: str
+) -> tuple[int | None, bool]:
+    """:func:`_from_checkpoint`, read from the file(s)."""
     if parts is None:
         files = [f"{version:020d}.checkpoint.parquet"]
     else:

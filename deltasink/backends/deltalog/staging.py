@@ -104,13 +104,14 @@ class StagingLog:
         self._table = table
         return table
 
-    def note_own_commit(self, base: int, commit_id: str, marker: str) -> None:
+    def note_own_commit(self, base: int, commit_id: str, *markers: str) -> None:
         """Record that this sink made a commit without data or metadata (carrying
-        ``commit_id`` in its commit info) on the snapshot at version ``base``."""
+        ``commit_id`` in its commit info and ``txn`` actions of ``markers``) on the
+        snapshot at version ``base``."""
         if self._own_base != base:
             self._own_base, self._own, self._own_markers = base, [], set()
         self._own.append(commit_id)
-        self._own_markers.add(marker)
+        self._own_markers.update(markers)
 
     def own_commits_ahead(self) -> int:
         """How many commits this sink made (:meth:`note_own_commit`) after the state

@@ -17,7 +17,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from deltasink.errors import NotADeltaTableError, StorageError
 from deltasink.failures import plain, storage_failure
-from deltasink.locations import is_local
+from deltasink.locations import is_local, normalize_uri
 
 __all__ = [
     "arrow_schema",
@@ -233,9 +233,9 @@ def txn_version(table: DeltaTable, app_id: str) -> int | None:
 
     delta-rs answers it by replaying every commit since the last checkpoint (on an
     object store: one ``GET`` per commit file, each time); a snapshot's markers never
-    change, so a second read at the same version is answered from the first. On an
-    object store, once the same table object has moved on by a few commits, only those
-    commit files are read (one ``GET`` each): the marker is the one of the last ``txn``
+    change, so a second read at the same version is answered from the first. Once the
+    same table object has moved on by a few commits, only those commit files are read
+    (one ``GET`` each on an object store): the marker is the one of the last ``txn``
     action for the app, the earlier answer if none of them has one. delta-rs reads
     it whenever that cannot be told so: a table with
     ``delta.setTransactionRetentionDuration`` (markers expire), a missing or
@@ -265,19 +265,28 @@ def _txn_since(
 ) -> Any:
     """``app_id``'s marker at ``table.version()`` from its marker at ``base`` and the
     commit files after it; :data:`_UNKNOWN` when that cannot be told (see
-    :func:`txn_version`). Only for tables on an object store."""
+    :func:`txn_version`)."""
     version = table.version()
     uri = str(table.table_uri)
-    if is_local(uri) or version - base > _INCREMENTAL_MAX:
+    if version - base > _INCREMENTAL_MAX:
         return _UNKNOWN
     if "delta.setTransactionRetentionDuration" in table.metadata().configuration:
         return _UNKNOWN
     marker = seen[(base, app_id)]
+    local = is_local(uri)
     try:
-        store = DeltaFileSystemHandler(uri, dict(getattr(table, "_storage_options", None) or {}))
+        store = (
+            None
+            if local
+            else DeltaFileSystemHandler(uri, dict(getattr(table, "_storage_options", None) or {}))
+        )
         for n in range(base + 1, version + 1):
-            stream = store.open_input_file(f"_delta_log/{n:020d}.json")
-            text = stream.read(stream.size()).decode("utf-8")
+            if store is None:
+                with open(commit_file(normalize_uri(uri), n), encoding="utf-8") as f:
+                    text = f.read()
+            else:
+                stream = store.open_input_file(f"_delta_log/{n:020d}.json")
+                text = stream.read(stream.size()).decode("utf-8")
             if not text.strip():
                 return _UNKNOWN  # a torn commit: let delta-rs judge it
             for line in text.splitlines():

@@ -9,11 +9,16 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from deltasink.locations import is_local
+from deltasink.ops.history import history_from_commits
 
 from .marker import read_marker
 from .tables import arrow_schema, refresh, txn_version
 
 __all__ = ["TargetLog"]
+
+#: How many of the target's latest commits :meth:`TargetLog.last_commit_of` reads, page
+#: by page, before it reads the whole retained history.
+_HISTORY_PAGES = (16, 256)
 
 
 class TargetLog:
@@ -65,6 +70,24 @@ class TargetLog:
         if table is None:
             return None
         return txn_version(table, app_id)
+
+    def last_commit_of(self, app_id: str) -> int | None:
+        """The (highest) version of ``app_id``'s newest commit in the target's retained
+        history (its commit metadata, not its ``txn`` marker), or ``None`` if the
+        history holds none. Reads the newest commits first, in growing pages: for
+        deciding whether a publish whose marker is missing landed (rare: after a
+        crash, or a lost marker), not on the hot path."""
+        table = self.open()
+        if table is None:
+            return None
+        for limit in (*_HISTORY_PAGES, None):
+            commits = table.history(limit)
+            entries = history_from_commits(commits, app_id)
+            if entries:
+                return entries[0].version
+            if limit is None or len(commits) < limit:
+                return None
+        return None
 
     def schema(self, *, fresh: bool = True) -> pa.Schema | None:
         """The target's Arrow schema, or ``None`` if it does not exist yet."""

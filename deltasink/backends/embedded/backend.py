@@ -18,7 +18,6 @@ import pyarrow as pa
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
 from deltasink.core.coalesce import coalesce
-from deltasink.core.direct import record_mark_softly
 from deltasink.core.guards import (
     MarkGuard,
     check_publish,
@@ -43,6 +42,11 @@ from .schemas import SchemaFit
 from .stage import StagingWriter
 
 __all__ = ["EmbeddedBackend"]
+
+
+def _order(version: int | None) -> int:
+    """Versions ordered with ``None`` (nothing) below every version."""
+    return -1 if version is None else version
 
 logger = logging.getLogger("deltasink")
 
@@ -136,9 +140,26 @@ class EmbeddedBackend(SchemaFit, Claims):
             snap.intent, self._intent, self._foreign_intent
         )
         marker = self.target.committed_version(self.app_id)
-        decided = self._guard.committed(marker, snap.mark, intent)
+        mark = snap.mark
+        if intent is not None and max(_order(marker), _order(mark)) < intent:
+            # Another process attempted a target commit of versions up to the intent and
+            # recorded no outcome (a direct publish's is recorded by the next intent; or
+            # it crashed), and the target's marker does not show it (it did not land, or
+            # the marker is lost). The target's history tells: this app's newest commit
+            # there is committed, and versions above it did not land. Without history
+            # (a rebuilt target) the versions above the mark stay ambiguous and are
+            # refused by name (check_publish).
+            landed = self.target.last_commit_of(self.app_id)
+            if landed is not None:
+                mark, intent = max(_order(mark), landed), min(intent, landed)
+        decided = self._guard.committed(marker, mark, intent)
         self._state = LogState(decided.version, snap.staged, snap.quarantined, lost=decided.lost)
         return self._state
+
+    def _committed(self) -> int | None:
+        """The committed version of the state read last (the mark a publish intent
+        records)."""
+        return None if self._state is None else self._state.committed_version
 
     def _check_publish(self, version: int) -> None:
         """:func:`~deltasink.core.guards.check_publish` on the state read last."""
@@ -188,19 +209,22 @@ class EmbeddedBackend(SchemaFit, Claims):
         return self._auditor.audit(staged)
 
     def publish_prepared(self, prepared: Prepared) -> CommitResult:
-        """Publish without staging: the publish intent before the target commit, the
-        committed mark after it (two commits without data in the staging log).
+        """Publish without staging: one commit without data in the staging log, the
+        publish intent before the target commit, which also records the committed
+        mark of the state ``write()`` read (the previous write's version: its own
+        outcome is the target commit's marker, and the next write's intent records it).
 
         The staging log is read once here, right before the target commit (the
         fencing check that must see a claim made after the intent). The epoch is
         first checked on the state ``write()`` read at its start: the intent commit
         made on that state fails if anyone claimed since (see
-        :meth:`~.stage.StagingWriter.record_intent`). The mark is committed on the
-        state read before the target commit, likewise."""
+        :meth:`~.stage.StagingWriter.record_intent`). Whether an intent without a
+        recorded outcome landed is read from the target's history when its marker
+        cannot tell (:meth:`read_state`)."""
         version = prepared.version
         epoch = self._claim_for(prepared, fresh=False)
         self._check_publish(version)
-        self._announce(version, epoch=epoch)
+        self._announce(version, epoch=epoch, mark=self._committed())
         result = self.target.apply(
             prepared.payload,
             spec=self.spec_for_new_versions(),
@@ -210,11 +234,6 @@ class EmbeddedBackend(SchemaFit, Claims):
             before_attempt=self._fence,
         )
         self._staged.drop([version])
-        record_mark_softly(
-            lambda: self.writer.record_mark(version, epoch=epoch, verified=True),
-            app_id=self.app_id,
-            version=version,
-        )
         return result
 
     def _metadata(
@@ -250,7 +269,7 @@ class EmbeddedBackend(SchemaFit, Claims):
             app_id=self.app_id,
             check=True,
         )
-        self._announce(staged.version)
+        self._announce(staged.version, mark=self._committed())
         result = self.target.apply(
             data,
             spec=spec,
@@ -268,7 +287,7 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
         self._check_publish(staged[0].version)
-        self._announce(staged[-1].version)
+        self._announce(staged[-1].version, mark=self._committed())
         spec = self.spec_for_staged()
         cached = {s.version: t for s in staged if (t := self._staged.get(s.version)) is not None}
         missing = [s.version for s in staged if s.version not in cached]

@@ -93,17 +93,20 @@ class Claims:
             self.writer.record_checks(self._auditor.encoded())
         return epoch
 
-    def _announce(self, version: int, *, epoch: int | None = None) -> None:
+    def _announce(
+        self, version: int, *, epoch: int | None = None, mark: int | None = None
+    ) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage
         commit of ``write()`` carries it; other paths pay one staging commit).
 
         ``epoch``: already verified in this call (else checked here, on a fresh read
         of the staging log). The commit is made on the state that check read; a claim
-        since then fails it (:meth:`~.stage.StagingWriter.record_intent`)."""
+        since then fails it (:meth:`~.stage.StagingWriter.record_intent`). ``mark``: the
+        committed version to record in the same commit (a direct publish's)."""
         if self._intent is not None and self._intent >= version:
             return
         if epoch is None:
             epoch = self._fence()
         if epoch is not None:
-            self.writer.record_intent(version, epoch=epoch, verified=True)
+            self.writer.record_intent(version, epoch=epoch, verified=True, mark=mark)
             self._intent = version

@@ -226,6 +226,12 @@ class StagingWriter:
             extra={"deltasink.versions": sorted(versions)},
         )
         if reason == "committed":
+            if log.own_commit_ahead(log.app_id + COMMITTED_SUFFIX):
+                # This sink's publish intent recorded a mark the state held lacks: a
+                # commit on that state would conflict with it (the same txn app id).
+                table.update_incremental()
+                if epoch is not None and self.epochs.check(epoch, fresh=False) is None:
+                    return
             properties.app_transactions = [
                 Transaction(
                     app_id=log.app_id + COMMITTED_SUFFIX,
@@ -242,7 +248,9 @@ class StagingWriter:
 
     # -- records ---------------------------------------------------------------------
 
-    def record_intent(self, version: int, *, epoch: int, verified: bool = False) -> None:
+    def record_intent(
+        self, version: int, *, epoch: int, verified: bool = False, mark: int | None = None
+    ) -> None:
         """Record, in one commit, that a target commit of versions up to ``version``
         is about to be attempted (``txn("<app_id>#publishing", version)``).
 
@@ -251,38 +259,27 @@ class StagingWriter:
                 commit is made on that state without reading the log again. Safe: a
                 claim since then changed the table's metadata, so Delta fails this
                 commit, and the epoch is then checked freshly.
+            mark: The committed mark to record in the same commit
+                (``txn("<app_id>#committed", mark)``): the version the caller saw
+                committed, which a direct publish did not record (no commit of its own).
 
         Raises:
             FencedError: ``epoch`` is no longer current.
         """
-        self._marker_commit(
-            "publish-intent", self.log.app_id + INTENT_SUFFIX, version, epoch, verified
-        )
-
-    def record_mark(self, version: int, *, epoch: int, verified: bool = False) -> None:
-        """Record, in one commit without data, that ``version`` is committed to the
-        target (the committed mark a clean-up commit records; for a version published
-        without being staged).
-
-        Args:
-            verified: As for :meth:`record_intent`.
-
-        Raises:
-            FencedError: ``epoch`` is no longer current.
-        """
-        self._marker_commit(
-            "committed-mark", self.log.app_id + COMMITTED_SUFFIX, version, epoch, verified
-        )
+        markers = {self.log.app_id + INTENT_SUFFIX: version}
+        if mark is not None:
+            markers[self.log.app_id + COMMITTED_SUFFIX] = mark
+        self._marker_commit("publish-intent", markers, epoch, verified)
 
     def _marker_commit(
-        self, operation: str, marker: str, version: int, epoch: int, verified: bool
+        self, operation: str, markers: dict[str, int], epoch: int, verified: bool
     ) -> None:
-        """One commit without data carrying ``txn(marker, version)``, after an epoch
-        check (on the state read last when ``verified``)."""
+        """One commit without data carrying ``txn(marker, version)`` for each of
+        ``markers``, after an epoch check (on the state read last when ``verified``)."""
         table = self.epochs.check(epoch, fresh=not verified)
         if table is None:
             return
-        if self.log.own_commit_ahead(marker):
+        if any(self.log.own_commit_ahead(marker) for marker in markers):
             # This sink's earlier commit of the same marker is not in the state held: a
             # commit on it would conflict with that one (the same txn app id). Read it
             # (and whatever else came since), then check the epoch in what was read.
@@ -295,7 +292,7 @@ class StagingWriter:
             app_id=self.log.app_id,
             version=None,
             operation=operation,
-            markers={marker: version},
+            markers=markers,
             extra={"deltasink.epoch": epoch, "deltasink.commitId": commit_id},
         )
         try:
@@ -305,7 +302,7 @@ class StagingWriter:
             # commit without data: the usual one is a newer writer's claim.
             self.epochs.check(epoch)
             raise
-        self.log.note_own_commit(table.version(), commit_id, marker)
+        self.log.note_own_commit(table.version(), commit_id, *markers)
 
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
