@@ -6,6 +6,8 @@ leaves the rows a sink without it leaves."""
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from deltasink import ConfigurationError, DeltaSink, MergeSpec, TableSpec
 from deltasink._faults import armed
+from deltasink.backends.deltalog.commits import now_ms
 from deltasink.backends.deltalog.marker import read_marker
 from deltasink.backends.embedded.compaction import (
     AUTO_COMPACT,
@@ -23,6 +26,7 @@ from deltasink.backends.embedded.compaction import (
     TARGET_FILE_SIZE,
     AutoCompact,
     auto_compact,
+    plan,
 )
 from tests import support
 
@@ -191,6 +195,40 @@ def test_a_failed_compaction_is_a_warning_and_the_next_commit_compacts(
     assert support.ids(target) == sorted(
         list(range(1, 100)) + [v * 100 + k for v in range(1, 50) for k in range(10)]
     )
+
+
+def test_the_plan_names_each_due_partition(tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+
+    def add(day: int | None, name: str) -> None:
+        data = pa.table({"d": pa.array([day], pa.int32()), "s": [name], "x": [1]})
+        write_deltalake(uri, data, mode="append", partition_by=["d", "s"])
+
+    for _ in range(2):
+        add(1, "a")
+        add(None, "b")
+        add(2, "c")
+    time.sleep(0.01)
+    since = now_ms()
+    add(1, "a")
+    add(None, "b")  # (2, "c") holds as many files, none written since
+    table = DeltaTable(uri)
+    due = plan(table, AutoCompact(target_size=MAX_FILE_SIZE, min_num_files=3), since_ms=since)
+    assert due is not None
+    assert sorted(due, key=str) == [
+        [("d", "=", ""), ("s", "=", "b")],
+        [("d", "=", 1), ("s", "=", "a")],
+    ]
+    assert (
+        plan(table, AutoCompact(target_size=MAX_FILE_SIZE, min_num_files=4), since_ms=since) is None
+    )
+    smallest = min(pa.table(table.get_add_actions()).column("size_bytes").to_pylist())
+    none_small = AutoCompact(target_size=2 * smallest, min_num_files=3)  # small: below half
+    assert plan(table, none_small, since_ms=since) is None
+    for filters in due:  # the filters are delta-rs's to use as they are
+        table.optimize.compact(partition_filters=filters)
+    parts = pa.table(DeltaTable(uri).get_add_actions()).column("partition").to_pylist()
+    assert Counter((p["d"], p["s"]) for p in parts) == {(1, "a"): 1, (None, "b"): 1, (2, "c"): 2}
 
 
 @pytest.mark.parametrize(

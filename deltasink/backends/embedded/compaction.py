@@ -150,7 +150,7 @@ def plan(table: DeltaTable, setting: AutoCompact, *, since_ms: int) -> list[list
         table (all of it). A partition is due when the commit wrote a file to it
         (modified at or after ``since_ms``) and it holds ``min_num_files`` small files.
     """
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = pa.table(table.get_add_actions(flatten=False))  # flattened: 5x slower
     if actions.num_rows < setting.min_num_files:
         return None
     # delta-rs stamps an add action with the writer's clock when it writes the file: this
@@ -160,15 +160,12 @@ def plan(table: DeltaTable, setting: AutoCompact, *, since_ms: int) -> list[list
     small = pc.less(actions.column("size_bytes"), pa.scalar(setting.small_below))
     columns = list(table.metadata().partition_columns)
     if not columns:
-        if (
-            pc.any(written).as_py()
-            and pc.sum(small.cast(pa.int64())).as_py() >= setting.min_num_files
-        ):
-            return [[]]
-        return None
-    keys = [f"partition.{c}" for c in columns]
+        count = pc.sum(small.cast(pa.int64())).as_py() if pc.any(written).as_py() else 0
+        return [[]] if count >= setting.min_num_files else None
+    partition = actions.column("partition")
+    keys = [f"_{i}" for i in range(len(columns))]
     counts = (
-        actions.select(keys)
+        pa.table([pc.struct_field(partition, c) for c in columns], names=keys)
         .append_column("small", small.cast(pa.int64()))
         .append_column("written", written.cast(pa.int64()))
         .group_by(keys, use_threads=False)
