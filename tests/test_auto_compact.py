@@ -292,3 +292,21 @@ def test_an_invalid_value_fails_when_the_sink_is_built_or_at_its_first_write(
     assert support.table_version(target) == 0
     assert support.marker(target, APP) is None
     assert support.staged_versions(staging) == []
+
+
+def test_a_value_set_under_a_running_writer_is_a_warning_a_new_writer_an_error(
+    target: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = DeltaSink(target, APP, SPEC, table=TableSpec(properties={AUTO_COMPACT: "true"}))
+    sink.write(batch([1], "x"), 0)  # creates the target
+    sink.write(batch([2], "x"), 1)  # checks the existing target, once per writer
+    DeltaTable(target).alter.set_table_properties({AUTO_COMPACT: "sometimes"})
+    with caplog.at_level(logging.WARNING, "deltasink"):
+        assert sink.write(batch([3], "x"), 2).committed_versions == [2]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "autoCompact='sometimes'" in warning
+    assert "the commit of version 2 is durable" in warning
+    assert support.marker(target, APP) == 2
+    with pytest.raises(ConfigurationError, match=r"autoCompact='sometimes'"):
+        DeltaSink(target, APP, SPEC).write(batch([4], "x"), 3)
+    assert support.ids(target) == [1, 2, 3]

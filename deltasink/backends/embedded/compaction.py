@@ -119,8 +119,8 @@ def _flag(config: Mapping[str, str], name: str, on: tuple[str, ...], *, table: s
     allowed = ", ".join(repr(v) for v in (*on, *_OFF))
     raise ConfigurationError(
         f"the target {table} has the table property {name}={value!r}; Delta accepts "
-        f"{allowed} (any case). Set it to one of those (ALTER TABLE ... SET TBLPROPERTIES, "
-        "or TableSpec(properties=...) for a new target). Nothing was written.",
+        f"{allowed} (any case) for auto compaction. Set it to one of those (ALTER TABLE ... "
+        "SET TBLPROPERTIES, or TableSpec(properties=...) for a new target).",
         table=table,
     )
 
