@@ -1,5 +1,6 @@
 """The target table, written with delta-rs: one commit per published version, the
-data change and the ``txn(app_id, version)`` marker in the same commit."""
+data change and the ``txn(app_id, version)`` marker in the same commit (then, when the
+table's properties ask for it, an auto compaction commit of its own: :mod:`.compaction`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
-from deltasink.backends.deltalog.commits import commit_properties, post_commit_hooks
+from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema, txn_version
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.protocol import CommitResult
@@ -27,6 +28,7 @@ from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
+from .compaction import auto_compact, compact_after_commit
 from .features import refuse_unwritable
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
@@ -59,6 +61,8 @@ class TargetWriter(TargetLog):
                 "engine='spark' with a Delta-enabled session.",
                 table=uri,
             )
+        if table is not None:
+            auto_compact(table.properties, table=uri)  # a value Delta refuses: now
         super().__init__(uri, storage_options=storage_options)
         self.max_attempts = max_attempts
         self.table_spec = table
@@ -67,8 +71,9 @@ class TargetWriter(TargetLog):
 
     def check_writable(self, columns: Sequence[str]) -> None:
         """Before a writer's first write (checked once per writer): the existing target
-        uses no table feature delta-rs cannot write (:class:`UnsupportedTableFeatureError`)
-        and agrees with the TableSpec, or the batch has the columns a new target's
+        uses no table feature delta-rs cannot write (:class:`UnsupportedTableFeatureError`),
+        sets no auto compaction property Delta would refuse (:class:`ConfigurationError`,
+        :mod:`.compaction`) and agrees with the TableSpec, or the batch has the columns a new target's
         definition needs (:class:`TableDefinitionError`)."""
         if self._definition_checked:
             return
@@ -79,6 +84,7 @@ class TargetWriter(TargetLog):
                 spec.check_columns(columns, table=self.uri)
             return
         refuse_unwritable(table, self.uri)
+        auto_compact(table.metadata().configuration, table=self.uri)
         if spec is None:
             self._definition_checked = True
             return
@@ -131,7 +137,9 @@ class TargetWriter(TargetLog):
         marker for ``app_id`` is already ≥ ``version``. Creates the target from the
         batch when it does not exist yet. A commit that conflicts with a concurrent
         writer (Delta's optimistic concurrency) is redone on the new table state, up
-        to ``max_attempts`` times with jittered backoff.
+        to ``max_attempts`` times with jittered backoff. After a commit, the target is
+        auto-compacted in a commit of its own when its properties ask for it
+        (:mod:`.compaction`; never raises, never touches the marker).
 
         Args:
             data: The staged rows (one version, or several coalesced).
@@ -153,7 +161,8 @@ class TargetWriter(TargetLog):
             result = self._apply_once(data, spec, app_id, version, extra, versions)
             return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
 
-        return retry(
+        since = now_ms()
+        result = retry(
             once,
             attempts=self.max_attempts,
             retryable=lambda exc: isinstance(exc, CommitFailedError),
@@ -167,6 +176,12 @@ class TargetWriter(TargetLog):
             ),
             what=f"the commit of version {version} into {self.uri}",
         )
+        table = self.open(fresh=False) if result.outcome == "committed" else None
+        if table is not None:
+            compact_after_commit(
+                table, uri=self.uri, app_id=app_id, version=version, since_ms=since
+            )
+        return result
 
     def _apply_once(
         self,
