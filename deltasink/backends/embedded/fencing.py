@@ -39,11 +39,13 @@ _CLAIM_ATTEMPTS = 20
 
 #: The staging log is deltasink's alone and grows by two commits per batch; delta-rs
 #: lists all of it on every read that finds a new commit. Its expired commits go at
-#: each checkpoint (every 100 commits), so it holds the last ten minutes of commits
-#: and reads of it stay short after any number of batches. Set when the table is
-#: created, and at a claim of a table an earlier release made (it kept an hour). A
-#: staging table the spark engine created keeps Delta's default: its ledger reads
-#: staging commits back to the oldest pending version.
+#: each checkpoint (every 100 commits): those older than ten minutes, and, with
+#: nothing pending, all but the last :data:`~.retention.KEEP_COMMITS` whatever their
+#: age (:mod:`.retention`), so reads of it stay short after any number of batches at
+#: any rate. Set when the table is created, and at a claim of a table an earlier
+#: release made (it kept an hour); a table with another retention keeps it, and is
+#: not trimmed by count. A staging table the spark engine created keeps Delta's
+#: default: its ledger reads staging commits back to the oldest pending version.
 LOG_SETTINGS = {
     "delta.logRetentionDuration": "interval 10 minutes",
     "delta.enableExpiredLogCleanup": "true",
