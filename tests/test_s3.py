@@ -501,3 +501,21 @@ def test_the_staging_log_on_s3_is_kept_by_commit_count(
     report = _sink(uri, options).recover()
     assert (report.committed_version, report.results) == (15, ())
     assert [r["id"] for r in rows(uri, options)] == list(range(16))
+
+
+def test_recover_reads_the_staging_state_its_claim_committed(s3: S3Server, uri: str) -> None:
+    """recover() claims the writer role, then reads the state it publishes from: the
+    claim's commit is that state, so the log is not listed again for it (one
+    ``_last_checkpoint`` read: the table's opening)."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    for version in range(3):
+        sink.write(pa.table({"id": [version], "v": ["x"]}), version)
+    s3.counts(reset=True)
+    report = _sink(uri, options).recover()
+    assert report.committed_version == 2
+    staging = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+    reads = [r for r in s3.requests() if r.startswith("GET") and staging in r]
+    assert len([r for r in reads if r.split("?")[0].endswith("/_last_checkpoint")]) == 1
+    epoch = DeltaTable(sink.staging, storage_options=options).metadata().configuration
+    assert epoch["deltasink.epoch"] == "2"
