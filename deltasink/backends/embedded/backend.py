@@ -48,6 +48,7 @@ def _order(version: int | None) -> int:
     """Versions ordered with ``None`` (nothing) below every version."""
     return -1 if version is None else version
 
+
 logger = logging.getLogger("deltasink")
 
 

@@ -105,9 +105,7 @@ class Claims:
             self.writer.record_checks(self._auditor.encoded())
         return epoch
 
-    def _announce(
-        self, version: int, *, epoch: int | None = None, mark: int | None = None
-    ) -> None:
+    def _announce(self, version: int, *, epoch: int | None = None, mark: int | None = None) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage
         commit of ``write()`` carries it; other paths pay one staging commit).
 
