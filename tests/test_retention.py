@@ -99,6 +99,24 @@ def test_a_steady_state_staging_log_keeps_a_bounded_number_of_commits(target: st
     assert support.ids(target) == list(range(152))
 
 
+def test_checkpoints_written_by_claims_trim_too(target: str) -> None:
+    """A job started afresh for every batch (recover(), then write()): two staging
+    commits per run, and here every checkpoint lands on a claim."""
+    sink = sink_with(target)
+    sink.write(batch(1), 1)  # from here on, claims fall on the checkpoint versions
+    for version in range(2, 62):
+        run = DeltaSink(target, "job", SPEC)
+        run.recover()
+        run.write(batch(version), version)
+    newest = last_checkpoint(sink.staging)
+    commit = (Path(sink.staging) / "_delta_log" / f"{newest:020d}.json").read_text()
+    info = json.loads(commit.splitlines()[0])["commitInfo"]
+    assert info["deltasink.operation"] == "claim-epoch"
+    commits, _, _ = log_files(sink.staging)
+    assert commits == list(range(newest + 1 - KEEP, DeltaTable(sink.staging).version() + 1))
+    assert DeltaSink(target, "job", SPEC).status().committed_version == 61
+
+
 def test_a_trim_deletes_exactly_what_lies_before_the_checkpoint_and_the_window(
     target: str,
 ) -> None:

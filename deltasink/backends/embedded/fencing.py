@@ -31,6 +31,8 @@ from deltasink.ops.layout import (
 from deltasink.retry import retry
 from deltasink.shapes.spec import MergeSpec
 
+from .retention import LOG_RETENTION, delete_old_log, trimmable
+
 __all__ = ["LOG_SETTINGS", "Fence"]
 
 logger = logging.getLogger("deltasink")
@@ -47,7 +49,7 @@ _CLAIM_ATTEMPTS = 20
 #: not trimmed by count. A staging table the spark engine created keeps Delta's
 #: default: its ledger reads staging commits back to the oldest pending version.
 LOG_SETTINGS = {
-    "delta.logRetentionDuration": "interval 10 minutes",
+    "delta.logRetentionDuration": LOG_RETENTION,
     "delta.enableExpiredLogCleanup": "true",
 }
 _EARLIER_RETENTION = "interval 1 hours"
@@ -89,10 +91,14 @@ class Fence:
             epoch = epoch_of(table) + 1
             retention = table.metadata().configuration.get("delta.logRetentionDuration")
             settings = LOG_SETTINGS if retention == _EARLIER_RETENTION else {}
+            # A claim commit that writes a checkpoint trims the log by count too (a
+            # job restarted for every batch may have its checkpoints on claims).
+            hooks = post_commit_hooks(table)
+            trim = bool(hooks.cleanup_expired_logs) and trimmable(table)
             table.alter.set_table_properties(
                 {PROP_EPOCH: str(epoch), **settings},
                 raise_if_not_exists=False,
-                post_commithook_properties=post_commit_hooks(table),
+                post_commithook_properties=hooks,
                 commit_properties=commit_properties(
                     app_id=log.app_id,
                     version=None,
@@ -100,6 +106,8 @@ class Fence:
                     extra={"deltasink.epoch": epoch},
                 ),
             )
+            if trim:
+                delete_old_log(table)
             return epoch
 
         epoch = retry(

@@ -43,9 +43,16 @@ from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.tables import txn_version
 from deltasink.ops.layout import COMMITTED_SUFFIX, PROP_APP
 
-from .fencing import LOG_SETTINGS
-
-__all__ = ["KEEP_COMMITS", "base_gone", "expire_log", "log_commit", "trim_log", "trimmable"]
+__all__ = [
+    "KEEP_COMMITS",
+    "LOG_RETENTION",
+    "base_gone",
+    "delete_old_log",
+    "expire_log",
+    "log_commit",
+    "trim_log",
+    "trimmable",
+]
 
 logger = logging.getLogger("deltasink")
 
@@ -60,6 +67,12 @@ logger = logging.getLogger("deltasink")
 #: minutes of a fast job kept thousands (9,400 files after 10,000 batches, 1,067 after
 #: 1,000 batches built in 71 s).
 KEEP_COMMITS = 200
+
+#: The log retention by age this engine sets on its staging tables
+#: (``delta.logRetentionDuration``, :data:`~.fencing.LOG_SETTINGS`); a table with
+#: another one (chosen by someone, or the spark engine's default) is not trimmed by
+#: count.
+LOG_RETENTION = "interval 10 minutes"
 
 #: At most this many checkpoint intervals' worth of files are deleted per trim, oldest
 #: first (one request each on an object store): a staging log an earlier release let
@@ -106,7 +119,7 @@ def log_commit(
             ) from exc
         raise
     if settled:
-        _delete_old(table)
+        delete_old_log(table)
 
 
 def expire_log(table: DeltaTable) -> None:
@@ -118,7 +131,7 @@ def expire_log(table: DeltaTable) -> None:
     settled = trimmable(table)  # judged before the clean-up by age removes files
     table.cleanup_metadata()
     if settled:
-        _delete_old(table)
+        delete_old_log(table)
 
 
 def trim_log(
@@ -136,7 +149,7 @@ def trim_log(
     ``_CATCH_UP_INTERVALS`` checkpoint intervals' worth at a time. A failure is logged
     and ignored: this is clean-up.
     """
-    return _delete_old(table) if trimmable(table, after=after) else []
+    return delete_old_log(table) if trimmable(table, after=after) else []
 
 
 def trimmable(
@@ -154,7 +167,7 @@ def trimmable(
     config = table.metadata().configuration
     if not _cleanup_enabled(table):
         return False
-    if config.get("delta.logRetentionDuration") != LOG_SETTINGS["delta.logRetentionDuration"]:
+    if config.get("delta.logRetentionDuration") != LOG_RETENTION:
         return False
     if table.version() + 1 - KEEP_COMMITS <= 0:
         return False
@@ -165,8 +178,10 @@ def trimmable(
         return False
 
 
-def _delete_old(table: DeltaTable) -> list[str]:
-    """The deleting half of :func:`trim_log` (the checks done)."""
+def delete_old_log(table: DeltaTable) -> list[str]:
+    """The deleting half of :func:`trim_log`, for a caller that found the table
+    :func:`trimmable` before its commit (whose clean-up by age may remove files the
+    state it judged was read from); never raises."""
     config = table.metadata().configuration
     horizon = table.version() + 1 - KEEP_COMMITS
     deleted: list[str] = []
