@@ -1,6 +1,6 @@
 """The embedded engine's staging log kept by commit count (issue 29, P4):
 ``deltasink.backends.embedded.retention``. Real staging tables in ``tmp_path``, with a
-checkpoint every 10 commits and a window of 30 commits so that a few hundred commits
+checkpoint every 10 commits and a window of 20 commits so that a few hundred commits
 cross many checkpoints."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from deltasink.backends.embedded import retention
 from tests import support
 
 SPEC = MergeSpec(keys=["id"])
-KEEP, INTERVAL = 30, 10
+KEEP, INTERVAL = 20, 10
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +62,7 @@ def last_checkpoint(staging: str) -> int:
 
 def test_a_steady_state_staging_log_keeps_a_bounded_number_of_commits(target: str) -> None:
     sink = sink_with(target)
-    for version in range(1, 151):
+    for version in range(1, 101):
         sink.write(batch(version), version)
     staging = DeltaTable(sink.staging)
     latest = staging.version()
@@ -81,22 +81,22 @@ def test_a_steady_state_staging_log_keeps_a_bounded_number_of_commits(target: st
     assert other == {"_last_checkpoint"}
     # The state is whole: markers (the committed mark rides on the next intent),
     # epoch, nothing pending.
-    assert staging.transaction_version("job#committed") == 149
-    assert staging.transaction_version("job#publishing") == 150
+    assert staging.transaction_version("job#committed") == 99
+    assert staging.transaction_version("job#publishing") == 100
     assert staging.metadata().configuration["deltasink.epoch"] == "1"
     status = sink.status()
-    assert (status.committed_version, status.pending_versions) == (150, [])
+    assert (status.committed_version, status.pending_versions) == (100, [])
     assert [c["version"] for c in staging.history()][-1] == commits[0]
     # A new sink takes over: nothing to recover, then it writes on.
     successor = DeltaSink(target, "job", SPEC)
     report = successor.recover()
-    assert (report.committed_version, report.results) == (150, ())
-    successor.write(batch(151), 151)
+    assert (report.committed_version, report.results) == (100, ())
+    successor.write(batch(101), 101)
     staging = DeltaTable(sink.staging)
     assert staging.metadata().configuration["deltasink.epoch"] == "2"
-    assert staging.transaction_version("job#publishing") == 151
-    assert support.marker(target, "job") == 151
-    assert support.ids(target) == list(range(152))
+    assert staging.transaction_version("job#publishing") == 101
+    assert support.marker(target, "job") == 101
+    assert support.ids(target) == list(range(102))
 
 
 def test_checkpoints_written_by_claims_trim_too(target: str) -> None:
@@ -104,7 +104,7 @@ def test_checkpoints_written_by_claims_trim_too(target: str) -> None:
     commits per run, and here every checkpoint lands on a claim."""
     sink = sink_with(target)
     sink.write(batch(1), 1)  # from here on, claims fall on the checkpoint versions
-    for version in range(2, 62):
+    for version in range(2, 42):
         run = DeltaSink(target, "job", SPEC)
         run.recover()
         run.write(batch(version), version)
@@ -114,7 +114,7 @@ def test_checkpoints_written_by_claims_trim_too(target: str) -> None:
     assert info["deltasink.operation"] == "claim-epoch"
     commits, _, _ = log_files(sink.staging)
     assert commits == list(range(newest + 1 - KEEP, DeltaTable(sink.staging).version() + 1))
-    assert DeltaSink(target, "job", SPEC).status().committed_version == 61
+    assert DeltaSink(target, "job", SPEC).status().committed_version == 41
 
 
 def test_a_trim_deletes_exactly_what_lies_before_the_checkpoint_and_the_window(
@@ -145,21 +145,21 @@ def test_a_trim_deletes_exactly_what_lies_before_the_checkpoint_and_the_window(
 
 def test_nothing_is_deleted_while_a_version_is_pending(target: str) -> None:
     sink = sink_with(target)
-    for version in range(1, 61):  # 60 stage commits, every version pending
+    for version in range(1, 41):  # 40 stage commits, every version pending
         sink.pre_commit(batch(version), version)
     commits, checkpoints, _ = log_files(sink.staging)
     latest = DeltaTable(sink.staging).version()
     assert latest + 1 - KEEP > INTERVAL  # the window alone would allow deleting
     assert commits == list(range(latest + 1))  # all kept, the stage commits too
-    assert len(checkpoints) >= 6
+    assert len(checkpoints) >= 4
     assert retention.trim_log(DeltaTable(sink.staging)) == []
     # Committed, nothing pending: the next checkpoints trim again.
-    assert sink.commit(60).committed_version == 60
-    for version in range(61, 61 + 2 * INTERVAL):
+    assert sink.commit(40).committed_version == 40
+    for version in range(41, 41 + 2 * INTERVAL):
         sink.write(batch(version), version)
     commits, _, _ = log_files(sink.staging)
     assert len(commits) <= KEEP + INTERVAL + 1
-    assert support.ids(target) == list(range(61 + 2 * INTERVAL))
+    assert support.ids(target) == list(range(41 + 2 * INTERVAL))
 
 
 def test_a_version_staged_without_files_counts_as_pending(target: str) -> None:
@@ -197,12 +197,12 @@ def test_a_log_whose_clean_up_is_off_or_chosen_keeps_every_commit(
     target: str, props: dict[str, str]
 ) -> None:
     sink = sink_with(target, **props)
-    for version in range(1, 61):
+    for version in range(1, 41):
         sink.write(batch(version), version)
     sink.gc(retention=0)
     commits, _, _ = log_files(sink.staging)
     assert commits == list(range(DeltaTable(sink.staging).version() + 1))
-    assert DeltaTable(sink.staging).transaction_version("job#publishing") == 60
+    assert DeltaTable(sink.staging).transaction_version("job#publishing") == 40
 
 
 def test_gc_keeps_the_log_by_the_same_rule(target: str) -> None:

@@ -478,13 +478,13 @@ def test_the_staging_log_on_s3_is_kept_by_commit_count(
     s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The count retention through the object store: a checkpoint every ten commits,
-    the five commits before the state a checkpoint commit was made on kept."""
+    the three commits before the state a checkpoint commit was made on kept."""
     from deltasink.backends.embedded import retention
 
-    monkeypatch.setattr(retention, "KEEP_COMMITS", 5)
+    monkeypatch.setattr(retention, "KEEP_COMMITS", 3)
     options = s3.storage_options()
     sink = _sink(uri, options)
-    for version in range(25):  # about 27 staging commits: two checkpoints trim
+    for version in range(15):  # about 17 staging commits: a checkpoint trims
         sink.write(pa.table({"id": [version], "v": ["x"]}), version)
     staging = DeltaTable(sink.staging, storage_options=options)
     latest = staging.version()
@@ -495,13 +495,13 @@ def test_the_staging_log_on_s3_is_kept_by_commit_count(
         s3.client().get_object(Bucket=BUCKET, Key=prefix + "_last_checkpoint")["Body"].read()
     )["version"]
     assert commits == list(range(commits[0], latest + 1))
-    assert checkpoint - 5 - 1 <= commits[0] <= checkpoint - 5
+    assert checkpoint - 3 - 1 <= commits[0] <= checkpoint - 3
     assert f"{checkpoint:020d}.checkpoint.parquet" in names
-    assert staging.transaction_version("orders#publishing") == 24
-    assert commits[0] > 5  # trimmed
+    assert staging.transaction_version("orders#publishing") == 14
+    assert commits[0] > 0  # trimmed
     report = _sink(uri, options).recover()
-    assert (report.committed_version, report.results) == (24, ())
-    assert [r["id"] for r in rows(uri, options)] == list(range(25))
+    assert (report.committed_version, report.results) == (14, ())
+    assert [r["id"] for r in rows(uri, options)] == list(range(15))
 
 
 def test_recover_reads_the_staging_state_its_claim_committed(s3: S3Server, uri: str) -> None:
