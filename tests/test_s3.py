@@ -472,3 +472,51 @@ def test_a_marker_read_follows_the_commits_after_the_last_one(s3: S3Server, uri:
         for writer in ("a", "b"):
             assert txn_version(table, writer) == full.transaction_version(writer), (step, writer)
     assert (txn_version(table, "a"), txn_version(table, "b")) == (5, 2)
+
+
+def test_the_staging_log_on_s3_is_kept_by_commit_count(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count retention through the object store: a checkpoint every ten commits,
+    the three commits before the state a checkpoint commit was made on kept."""
+    from deltasink.backends.embedded import retention
+
+    monkeypatch.setattr(retention, "KEEP_COMMITS", 3)
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    for version in range(15):  # about 17 staging commits: a checkpoint trims
+        sink.write(pa.table({"id": [version], "v": ["x"]}), version)
+    staging = DeltaTable(sink.staging, storage_options=options)
+    latest = staging.version()
+    prefix = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+    names = [k.rsplit("/", 1)[1] for k in keys_under(s3, sink.staging) if k.startswith(prefix)]
+    commits = sorted(int(n[:20]) for n in names if n.endswith(".json"))
+    checkpoint = json.loads(
+        s3.client().get_object(Bucket=BUCKET, Key=prefix + "_last_checkpoint")["Body"].read()
+    )["version"]
+    assert commits == list(range(commits[0], latest + 1))
+    assert checkpoint - 3 - 1 <= commits[0] <= checkpoint - 3
+    assert f"{checkpoint:020d}.checkpoint.parquet" in names
+    assert staging.transaction_version("orders#publishing") == 14
+    assert commits[0] > 0  # trimmed
+    report = _sink(uri, options).recover()
+    assert (report.committed_version, report.results) == (14, ())
+    assert [r["id"] for r in rows(uri, options)] == list(range(15))
+
+
+def test_recover_reads_the_staging_state_its_claim_committed(s3: S3Server, uri: str) -> None:
+    """recover() claims the writer role, then reads the state it publishes from: the
+    claim's commit is that state, so the log is not listed again for it (one
+    ``_last_checkpoint`` read: the table's opening)."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    for version in range(3):
+        sink.write(pa.table({"id": [version], "v": ["x"]}), version)
+    s3.counts(reset=True)
+    report = _sink(uri, options).recover()
+    assert report.committed_version == 2
+    staging = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+    reads = [r for r in s3.requests() if r.startswith("GET") and staging in r]
+    assert len([r for r in reads if r.split("?")[0].endswith("/_last_checkpoint")]) == 1
+    epoch = DeltaTable(sink.staging, storage_options=options).metadata().configuration
+    assert epoch["deltasink.epoch"] == "2"

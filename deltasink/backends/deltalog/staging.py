@@ -153,10 +153,11 @@ class StagingLog:
         table = self.open()
         return () if table is None else staged_versions(table)
 
-    def snapshot(self) -> StagingSnapshot:
+    def snapshot(self, *, fresh: bool = True) -> StagingSnapshot:
         """Staged versions, quarantined versions, the committed mark and the publish
-        intent, from ONE read of the log."""
-        table = self.open()
+        intent, from ONE read of the log (none with ``fresh=False``: the state read or
+        committed last, for a caller that just did, see :meth:`open`)."""
+        table = self.open(fresh=fresh)
         if table is None:
             return StagingSnapshot((), {}, None, None)
         intent = txn_version(table, self.app_id + INTENT_SUFFIX)

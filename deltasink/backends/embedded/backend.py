@@ -104,6 +104,7 @@ class EmbeddedBackend(SchemaFit, Claims):
             history=lambda limit: target_history(target, app_id, limit),
         )
         self._epoch: int | None = None
+        self._claimed_state = False
         self._guard = MarkGuard(app_id, target.uri)
         # The batches staged here, kept so that write() publishes the one it just
         # validated, and commit() the ones pre-committed before it, without reading them.
@@ -136,7 +137,9 @@ class EmbeddedBackend(SchemaFit, Claims):
     # -- Participant -------------------------------------------------------------------
 
     def read_state(self) -> LogState:
-        snap = self.log.snapshot()
+        # Right after a claim (recover()), its commit is the state: see Claims.claim.
+        snap = self.log.snapshot(fresh=not self._claimed_state)
+        self._claimed_state = False
         intent, self._foreign_intent = foreign_intent(
             snap.intent, self._intent, self._foreign_intent
         )

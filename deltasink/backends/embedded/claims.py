@@ -36,6 +36,8 @@ class Claims:
     _schemas: dict[int, pa.Schema]
     _epoch: int | None
     _intent: int | None
+    #: The staging state held is the one a claim just committed (see :meth:`claim`).
+    _claimed_state: bool
 
     if TYPE_CHECKING:
 
@@ -48,8 +50,18 @@ class Claims:
 
     def claim(self) -> None:
         """Take over the writer role now (``recover()`` calls this first); a no-op if
-        this backend already holds the current epoch, or if nothing is staged yet."""
+        this backend already holds the current epoch, or if nothing is staged yet.
+
+        A claim leaves the staging table object at the claim's own commit, which was
+        the latest version when it succeeded, so the state read that follows
+        (``recover()``'s) is taken from it without reading the log again (on an object
+        store, a listing and ``_last_checkpoint``). Safe: a later claim fences this
+        writer at its next staging commit or fencing check (every target commit is
+        preceded by one), and no other writer's commit after it can stage or publish
+        a version of this app."""
+        held = self._epoch
         self._fence()
+        self._claimed_state = held is None and self._epoch is not None
 
     def _fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
         """Claim an epoch on first use, verify it afterwards: one read of the staging

@@ -31,6 +31,8 @@ from deltasink.ops.layout import (
 from deltasink.retry import retry
 from deltasink.shapes.spec import MergeSpec
 
+from .retention import LOG_RETENTION, delete_old_log, trimmable
+
 __all__ = ["LOG_SETTINGS", "Fence"]
 
 logger = logging.getLogger("deltasink")
@@ -39,13 +41,15 @@ _CLAIM_ATTEMPTS = 20
 
 #: The staging log is deltasink's alone and grows by two commits per batch; delta-rs
 #: lists all of it on every read that finds a new commit. Its expired commits go at
-#: each checkpoint (every 100 commits), so it holds the last ten minutes of commits
-#: and reads of it stay short after any number of batches. Set when the table is
-#: created, and at a claim of a table an earlier release made (it kept an hour). A
-#: staging table the spark engine created keeps Delta's default: its ledger reads
-#: staging commits back to the oldest pending version.
+#: each checkpoint (every 100 commits): those older than ten minutes, and, with
+#: nothing pending, all but the last :data:`~.retention.KEEP_COMMITS` whatever their
+#: age (:mod:`.retention`), so reads of it stay short after any number of batches at
+#: any rate. Set when the table is created, and at a claim of a table an earlier
+#: release made (it kept an hour); a table with another retention keeps it, and is
+#: not trimmed by count. A staging table the spark engine created keeps Delta's
+#: default: its ledger reads staging commits back to the oldest pending version.
 LOG_SETTINGS = {
-    "delta.logRetentionDuration": "interval 10 minutes",
+    "delta.logRetentionDuration": LOG_RETENTION,
     "delta.enableExpiredLogCleanup": "true",
 }
 _EARLIER_RETENTION = "interval 1 hours"
@@ -87,10 +91,14 @@ class Fence:
             epoch = epoch_of(table) + 1
             retention = table.metadata().configuration.get("delta.logRetentionDuration")
             settings = LOG_SETTINGS if retention == _EARLIER_RETENTION else {}
+            # A claim commit that writes a checkpoint trims the log by count too (a
+            # job restarted for every batch may have its checkpoints on claims).
+            hooks = post_commit_hooks(table)
+            trim = bool(hooks.cleanup_expired_logs) and trimmable(table)
             table.alter.set_table_properties(
                 {PROP_EPOCH: str(epoch), **settings},
                 raise_if_not_exists=False,
-                post_commithook_properties=post_commit_hooks(table),
+                post_commithook_properties=hooks,
                 commit_properties=commit_properties(
                     app_id=log.app_id,
                     version=None,
@@ -98,6 +106,8 @@ class Fence:
                     extra={"deltasink.epoch": epoch},
                 ),
             )
+            if trim:
+                delete_old_log(table)
             return epoch
 
         epoch = retry(

@@ -7,7 +7,7 @@ import os
 from datetime import timedelta
 
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
+from deltalake.exceptions import CommitFailedError, DeltaError
 
 from deltasink.backends.deltalog.commits import commit_properties
 from deltasink.backends.deltalog.staging import StagingLog
@@ -17,6 +17,8 @@ from deltasink.errors import CommitError
 from deltasink.locations import is_local
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
+
+from .retention import base_gone, expire_log
 
 __all__ = ["ORPHAN_SAFETY_HOURS", "StagingGc"]
 
@@ -42,9 +44,12 @@ class StagingGc:
         are older than ``retention`` (VACUUM, in whole hours, rounded up so nothing
         younger goes): the staging data of committed, aborted and abandoned versions,
         and orphans of failed stagings. Then writes a checkpoint and removes expired
-        log files, so reading the staging state stays fast after thousands of
-        versions. Staged versions are never touched. Safe beside a live writer: a
-        conflict with its commits is retried on the new snapshot.
+        log files, by age and by count, as every checkpoint of the staging log does
+        (:func:`~.retention.expire_log`; none with
+        ``delta.enableExpiredLogCleanup=false``), so reading the staging state stays
+        fast after thousands of versions. Staged versions are never touched. Safe
+        beside a live writer: a conflict with its commits is retried on the new
+        snapshot.
 
         Raises:
             CommitError: The writer's commits conflicted with every attempt.
@@ -64,7 +69,12 @@ class StagingGc:
             attempts=_GC_ATTEMPTS,
             # A live writer committed to the staging log meanwhile (VACUUM writes
             # commits too): nothing is lost; go again on the new snapshot.
-            retryable=lambda exc: isinstance(exc, CommitFailedError),
+            # A snapshot older than the log kept by count cannot be conflict-checked
+            # (its commit file is gone): the same, a long way behind.
+            retryable=lambda exc: (
+                isinstance(exc, CommitFailedError)
+                or (isinstance(exc, DeltaError) and base_gone(table))
+            ),
             exhausted=lambda n, exc: CommitError(
                 f"gc of {log.uri} conflicted with the writer's commits {n} times in a row "
                 f"(last: {plain(exc)}). Nothing was lost; run gc again later, or from a "
@@ -104,7 +114,7 @@ class StagingGc:
         if not dry_run:
             table.update_incremental()
             table.create_checkpoint()
-            table.cleanup_metadata()
+            expire_log(table)
             if is_local(self.log.uri):
                 self._remove_empty_directories(table)
         return files

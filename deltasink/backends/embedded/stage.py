@@ -25,12 +25,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.backends.deltalog.commits import (
-    commit_properties,
-    log_commit,
-    now_ms,
-    post_commit_hooks,
-)
+from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog, props
 from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.core.protocol import DiscardReason, StagedVersion
@@ -46,6 +41,7 @@ from deltasink.ops.origin import ORIGIN_KEY
 from deltasink.shapes.spec import MergeSpec
 
 from .fencing import Fence
+from .retention import log_commit  # the commit, then the log kept by count
 
 __all__ = ["STAGING_PARQUET", "StagingWriter"]
 
