@@ -225,42 +225,51 @@ def _write_growth(
     from deltasink import DeltaSink
 
     rows = config.sizes.p4_batch_rows
-    copies = {
-        "sink": clone(root, work_dir(config)),
-        "bare": clone(root, config.scratch / "p4w"),
-        "sink_warm": clone(root, config.scratch / "p4warm"),
-    }
-    if maintained:
-        for copy in copies.values():
-            maintain_target(copy / "target")
     batches = [history_batch(n + rep, rows, config.seed) for rep in range(config.runs)]
-    # A running stream's sink: it wrote before (untimed), so it holds both tables open
-    # as the bare side holds its DeltaTable; its timed writes are versions n + 1 ...
-    warm = DeltaSink(copies["sink_warm"] / "target", APP_ID)
-    warm.write(history_batch(n + config.runs, rows, config.seed), n)
+    # Sinks only work at the path the history was built at (the staging table records
+    # its target's): the new sinks and the running one take turns there.
+    bare_copy = clone(root, config.scratch / "p4w")
+    if maintained:
+        maintain_target(bare_copy / "target")
+
+    def at_work() -> Path:
+        copy = clone(root, work_dir(config))
+        if maintained:
+            maintain_target(copy / "target")
+        return copy / "target"
+
+    def bare(rep: int) -> float:
+        table = open_table(bare_copy / "target")
+        with stopwatch() as t:
+            bare_merge(table, batches[rep])
+        return t[0]
+
+    target = at_work()
 
     def sink(rep: int) -> float:
-        s = DeltaSink(copies["sink"] / "target", APP_ID)
+        s = DeltaSink(target, APP_ID)
         s.recover()
         with stopwatch() as t:
             s.write(batches[rep], n + rep)
         return t[0]
+
+    label = f"P4 write n={n}" + (" (target log maintained)" if maintained else "")
+    stats = compare({"sink": sink, "bare": bare}, config.runs, label=label)
+    remove(target.parent)
+    # A running stream's sink: it wrote before (untimed), so it holds both tables open
+    # as the bare side holds its DeltaTable.
+    target = at_work()
+    warm = DeltaSink(target, APP_ID)
+    warm.write(history_batch(n + config.runs, rows, config.seed), n)
 
     def sink_warm(rep: int) -> float:
         with stopwatch() as t:
             warm.write(batches[rep], n + 1 + rep)
         return t[0]
 
-    def bare(rep: int) -> float:
-        table = open_table(copies["bare"] / "target")
-        with stopwatch() as t:
-            bare_merge(table, batches[rep])
-        return t[0]
-
-    label = f"P4 write n={n}" + (" (target log maintained)" if maintained else "")
-    stats = compare({"sink": sink, "sink_warm": sink_warm, "bare": bare}, config.runs, label=label)
-    for path in copies.values():
-        remove(path)
+    stats |= compare({"sink_warm": sink_warm}, config.runs, label=label + " running")
+    remove(target.parent)
+    remove(bare_copy)
     return stats
 
 
