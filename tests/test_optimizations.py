@@ -925,3 +925,32 @@ def test_the_staged_cache_keeps_the_newest_and_what_fits() -> None:
     assert kept.get(3) is None
     kept.clear()
     assert 1 not in kept
+
+
+def test_the_target_history_is_read_only_for_an_intent_without_outcome(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A direct write's outcome is its target marker (the next intent records it as the
+    mark): steady writes never read the target's history. After a crash between the
+    intent and the target commit, a new sink reads it once to settle that intent."""
+    sink = DeltaSink(target, "hist", MergeSpec(keys=["id"]))
+    sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
+    reads: list[int | None] = []
+    history = DeltaTable.history
+
+    def counted(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        reads.append(limit)
+        return history(table, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", counted)
+    for version in (1, 2, 3):
+        sink.write(pa.table({"id": [version], "v": ["b"]}), version)
+    assert reads == []
+    with armed("publish.before_target_commit", "raise"), pytest.raises(CommitError):
+        sink.write(pa.table({"id": [4], "v": ["c"]}), 4)  # staged for recover()
+    restarted = DeltaSink(target, "hist")
+    assert restarted.status().committed_version == 3
+    assert restarted.status().pending_versions == [4]
+    assert reads == [16]  # this app's newest commit (3) is in the first page: once
+    assert restarted.recover().committed_versions == [4]
+    assert support.marker(target, "hist") == 4

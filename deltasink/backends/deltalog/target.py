@@ -17,8 +17,9 @@ from .tables import arrow_schema, refresh, txn_version
 __all__ = ["TargetLog"]
 
 #: How many of the target's latest commits :meth:`TargetLog.last_commit_of` reads, page
-#: by page, before it reads the whole retained history.
-_HISTORY_PAGES = (16, 256)
+#: by page: enough for any writer's last commit unless thousands of commits of other
+#: writers came after it (each commit is one read on an object store).
+_HISTORY_PAGES = (16, 256, 4096)
 
 
 class TargetLog:
@@ -74,18 +75,19 @@ class TargetLog:
     def last_commit_of(self, app_id: str) -> int | None:
         """The (highest) version of ``app_id``'s newest commit in the target's retained
         history (its commit metadata, not its ``txn`` marker), or ``None`` if the
-        history holds none. Reads the newest commits first, in growing pages: for
-        deciding whether a publish whose marker is missing landed (rare: after a
-        crash, or a lost marker), not on the hot path."""
+        history holds none among its latest :data:`_HISTORY_PAGES` commits. Reads the
+        newest commits first, in growing pages: for deciding whether a publish whose
+        marker is missing landed (rare: after a crash, or a lost marker), not on the
+        hot path."""
         table = self.open()
         if table is None:
             return None
-        for limit in (*_HISTORY_PAGES, None):
+        for limit in _HISTORY_PAGES:
             commits = table.history(limit)
             entries = history_from_commits(commits, app_id)
             if entries:
                 return entries[0].version
-            if limit is None or len(commits) < limit:
+            if len(commits) < limit:
                 return None
         return None
 

@@ -113,6 +113,9 @@ class EmbeddedBackend(SchemaFit, Claims):
         self._intent: int | None = None
         self._foreign_intent: int | None = None  # the last intent read that was not ours
         self._state: LogState | None = None  # as read last (read_state)
+        # A foreign intent settled from the target's history, and this app's newest
+        # commit found there (read once per intent: it only changes by this writer).
+        self._settled: tuple[int, int | None] | None = None
         # The origins of the batches write() staged here, until they are published: the
         # ones their stage commits recorded, kept so that publishing does not read them.
         self._origins: dict[int, str] = {}
@@ -153,7 +156,9 @@ class EmbeddedBackend(SchemaFit, Claims):
             # there is committed, and versions above it did not land. Without history
             # (a rebuilt target) the versions above the mark stay ambiguous and are
             # refused by name (check_publish).
-            landed = self.target.last_commit_of(self.app_id)
+            if self._settled is None or self._settled[0] != intent:
+                self._settled = (intent, self.target.last_commit_of(self.app_id))
+            landed = self._settled[1]
             if landed is not None:
                 mark, intent = max(_order(mark), landed), min(intent, landed)
         decided = self._guard.committed(marker, mark, intent)
