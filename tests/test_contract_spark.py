@@ -1007,6 +1007,91 @@ def test_the_spark_history_rebuild_gives_the_arrow_rebuilds_rows(
     assert (seen["removed"] > 0 and seen["tombstones"] > 0) == deletes
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "rows", "not_null", "bounded", "floats"),
+    [
+        (
+            {"keys": ["id"]},
+            [(1, "a"), (1, "b"), (None, "c"), (2, None), (None, None)],
+            ["v"],
+            ["id"],
+            [],
+        ),
+        (
+            {"keys": ["id", "v"], "null_safe_keys": True},
+            [(1, None), (1, None), (None, None), (2, "x")],
+            [],
+            [],
+            [],
+        ),
+        (
+            {"keys": ["id", "v"]},
+            [(1, None), (1, None), (None, "y"), (2, "x"), (2, "x")],
+            [],
+            ["id"],
+            [],
+        ),
+        ({"keys": ["f"]}, [(1, "a"), (2, "b"), (3, "c")], [], [], ["f"]),
+        (
+            {"keys": ["id"], "sequence_by": "s", "mode": "scd2"},
+            [(1, "a"), (1, "a"), (1, "b")],
+            [],
+            ["id"],
+            [],
+        ),
+        (
+            {"keys": ["id"], "delete_when": "v = 'D'"},
+            [(1, "D"), (2, None), (3, "D")],
+            ["v"],
+            ["id"],
+            [],
+        ),
+        ({"mode": "append"}, [(1, None), (None, "b")], ["v", "id"], [], []),
+        ({"keys": ["id"]}, [], ["v"], ["id"], []),
+        ({"mode": "append"}, [], ["v"], [], []),
+    ],
+    ids=[
+        "dups-nulls",
+        "null-safe",
+        "two-keys",
+        "nan-float",
+        "scd2",
+        "deletes",
+        "append",
+        "empty",
+        "empty-append",
+    ],
+)
+def test_the_observed_validation_counts_what_the_collected_aggregation_counts(
+    delta_spark: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    kwargs: dict[str, Any],
+    rows: list[tuple[Any, ...]],
+    not_null: list[str],
+    bounded: list[str],
+    floats: list[str],
+) -> None:
+    """The validating aggregation on a classic session (one pass, observed metrics,
+    the batch grouped by its event columns) against the one aggregation collected that
+    Spark Connect runs: the same counts of rows, nulls, NOT NULL violations, NaN keys
+    and distinct keys (null keys, null-safe keys, two keys, scd2's key and sequence),
+    and the same bounds, for a batch with every such case and for an empty one."""
+    from deltasink.backends.spark import validate
+    from deltasink.input.sql import DELETE_COLUMN
+
+    spec = MergeSpec(**kwargs)
+    nan = float("nan")
+    frame = delta_spark.createDataFrame(
+        [(i, v, float(i or 0) if i != 3 else nan, i) for i, v in rows],
+        "id long, v string, f double, s long",
+    )
+    if spec.delete_when:
+        frame = frame.selectExpr("*", f"coalesce(v = 'D', false) AS {DELETE_COLUMN}")
+    observed = validate._batch_stats(frame, spec, not_null, bounded, floats)
+    monkeypatch.setattr(validate, "_observed", validate._collected)
+    assert observed == validate._batch_stats(frame, spec, not_null, bounded, floats)
+
+
 def test_write_audit_publish(delta_spark: Any, target: str) -> None:
     s = sink(target, delta_spark, checks=[checks.row_count_between(1, 10)])
     s.write(df(delta_spark, 1), 0)
