@@ -938,6 +938,160 @@ def test_the_target_equals_the_oracle_on_spark(delta_spark: Any, shape: str) -> 
     check()
 
 
+@pytest.mark.parametrize("deletes", [True, False], ids=["deletes", "upserts"])
+def test_the_spark_history_rebuild_gives_the_arrow_rebuilds_rows(
+    delta_spark: Any, deletes: bool
+) -> None:
+    """scd2 on Spark (:func:`~deltasink.backends.spark.scd2.history_changes`: window
+    functions over a lazy DataFrame, no row on the driver) gives exactly the rows of the
+    engine-free Arrow rebuild it replaced (:func:`deltasink.shapes.scd2.changes`, the
+    embedded engine's): batch after batch over 40 keys (late and out-of-order events,
+    corrections, deletes, tombstones, an empty batch), into a new target and then the
+    history the earlier batches left, each batch's change rows compared row for row."""
+    import random
+
+    from deltasink.backends.spark.scd2 import history_changes
+    from deltasink.input.arrow import spark_frame
+    from deltasink.input.sql import DELETE_COLUMN
+    from deltasink.shapes.scd2 import changes
+
+    spec = MergeSpec(
+        mode="scd2", keys=["k"], sequence_by="seq", delete_when="op = 'D'" if deletes else None
+    )
+    start = spec.history[0]
+    rng = random.Random(29)
+    history: dict[tuple[int, int], dict[str, Any]] = {}  # the target, by (key, valid_from)
+    schema: pa.Schema | None = None
+    seen = {"removed": 0, "tombstones": 0, "kept": 0}  # what the steps covered
+    for step in range(5):
+        rows = [
+            {"k": k, "v": f"b{step}.{k}.{s}", "seq": s, "op": "D" if rng.random() < 0.35 else "U"}
+            for k in range(40)
+            for s in rng.sample(range(8), rng.choice([0, 1, 1, 2, 3]))
+        ]
+        if step == 3:
+            rows = []
+        batch = pa.Table.from_pylist(
+            rows,
+            schema=pa.schema(
+                [("k", pa.int64()), ("v", pa.string()), ("seq", pa.int64()), ("op", pa.string())]
+            ),
+        )
+        if deletes:
+            flags = pa.array([r["op"] == "D" for r in rows], pa.bool_())
+            batch = batch.append_column(DELETE_COLUMN, flags)
+        current = None
+        if schema is not None:
+            current = pa.Table.from_pylist(list(history.values()), schema=schema)
+        expected = changes(current, batch, spec)
+        spark_frame(delta_spark, batch).createOrReplaceTempView("scd2_batch")
+        frame = None if current is None else spark_frame(delta_spark, current)
+        got = spark_arrow(history_changes(delta_spark, "SELECT * FROM scd2_batch", frame, spec))
+        assert got.column_names == expected.column_names
+        key = lambda r: repr(sorted(r.items()))  # noqa: E731
+        assert sorted(got.to_pylist(), key=key) == sorted(expected.to_pylist(), key=key)
+        if current is not None:  # target rows left out of the changes: their interval stays
+            changed = {(r["k"], r[start]) for r in got.to_pylist()}
+            seen["kept"] += len(history.keys() - changed)
+        for row in expected.to_pylist():  # applied as the MERGE on (keys, valid_from) does
+            where = (row["k"], row[start])
+            if row.pop(DELETE_COLUMN):
+                del history[where]
+                seen["removed"] += 1
+            else:
+                history[where] = row
+                seen["tombstones"] += row["v"] is None
+        if schema is None:
+            schema = expected.schema.remove(expected.schema.get_field_index(DELETE_COLUMN))
+    assert seen["kept"] > 0
+    assert (seen["removed"] > 0 and seen["tombstones"] > 0) == deletes
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rows", "not_null", "bounded", "floats"),
+    [
+        (
+            {"keys": ["id"]},
+            [(1, "a"), (1, "b"), (None, "c"), (2, None), (None, None)],
+            ["v"],
+            ["id"],
+            [],
+        ),
+        (
+            {"keys": ["id", "v"], "null_safe_keys": True},
+            [(1, None), (1, None), (None, None), (2, "x")],
+            [],
+            [],
+            [],
+        ),
+        (
+            {"keys": ["id", "v"]},
+            [(1, None), (1, None), (None, "y"), (2, "x"), (2, "x")],
+            [],
+            ["id"],
+            [],
+        ),
+        ({"keys": ["f"]}, [(1, "a"), (2, "b"), (3, "c")], [], [], ["f"]),
+        (
+            {"keys": ["id"], "sequence_by": "s", "mode": "scd2"},
+            [(1, "a"), (1, "a"), (1, "b")],
+            [],
+            ["id"],
+            [],
+        ),
+        (
+            {"keys": ["id"], "delete_when": "v = 'D'"},
+            [(1, "D"), (2, None), (3, "D")],
+            ["v"],
+            ["id"],
+            [],
+        ),
+        ({"mode": "append"}, [(1, None), (None, "b")], ["v", "id"], [], []),
+        ({"keys": ["id"]}, [], ["v"], ["id"], []),
+        ({"mode": "append"}, [], ["v"], [], []),
+    ],
+    ids=[
+        "dups-nulls",
+        "null-safe",
+        "two-keys",
+        "nan-float",
+        "scd2",
+        "deletes",
+        "append",
+        "empty",
+        "empty-append",
+    ],
+)
+def test_the_observed_validation_counts_what_the_collected_aggregation_counts(
+    delta_spark: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    kwargs: dict[str, Any],
+    rows: list[tuple[Any, ...]],
+    not_null: list[str],
+    bounded: list[str],
+    floats: list[str],
+) -> None:
+    """The validating aggregation on a classic session (one pass, observed metrics,
+    the batch grouped by its event columns) against the one aggregation collected that
+    Spark Connect runs: the same counts of rows, nulls, NOT NULL violations, NaN keys
+    and distinct keys (null keys, null-safe keys, two keys, scd2's key and sequence),
+    and the same bounds, for a batch with every such case and for an empty one."""
+    from deltasink.backends.spark import validate
+    from deltasink.input.sql import DELETE_COLUMN
+
+    spec = MergeSpec(**kwargs)
+    nan = float("nan")
+    frame = delta_spark.createDataFrame(
+        [(i, v, float(i or 0) if i != 3 else nan, i) for i, v in rows],
+        "id long, v string, f double, s long",
+    )
+    if spec.delete_when:
+        frame = frame.selectExpr("*", f"coalesce(v = 'D', false) AS {DELETE_COLUMN}")
+    observed = validate._batch_stats(frame, spec, not_null, bounded, floats)
+    monkeypatch.setattr(validate, "_observed", validate._collected)
+    assert observed == validate._batch_stats(frame, spec, not_null, bounded, floats)
+
+
 def test_write_audit_publish(delta_spark: Any, target: str) -> None:
     s = sink(target, delta_spark, checks=[checks.row_count_between(1, 10)])
     s.write(df(delta_spark, 1), 0)

@@ -237,6 +237,8 @@ class SparkBackend(SchemaFit):
 
     def audit_prepared(self, prepared: Prepared) -> str | None:
         """Run the pre-commit checks on the prepared (unstaged) frame."""
+        if not self.checks:
+            return None
         frame: PreparedFrame = prepared.payload
         data = frame.frame.select(*frame.columns)
         return self._audit(prepared.version, prepared.rows, lambda: data)

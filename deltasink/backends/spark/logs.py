@@ -170,11 +170,13 @@ class SparkLogs:
         """Whether the target table exists yet."""
         return self._source.target_exists()
 
-    def target_frame(self) -> Any | None:
-        """The target as a Spark DataFrame (for its schema), or ``None`` if absent."""
+    def target_frame(self, session: Any = None) -> Any | None:
+        """The target as a Spark DataFrame (for its schema) on ``session`` (default: the
+        backend's), or ``None`` if absent."""
         if not self.target_exists():
             return None
-        return self._sql.session().sql(f"SELECT * FROM {self.tables.target_ref}")
+        spark = session if session is not None else self._sql.session()
+        return spark.sql(f"SELECT * FROM {self.tables.target_ref}")
 
     # -- both ----------------------------------------------------------------------------
 

@@ -294,9 +294,7 @@ class TargetWriter:
         metadata = user_metadata("commit", t.app_id, version, versions, origin)
         source = source_sql(relation, versions, columns, spec)
         spark = self._sql.session() if unstaged is None else unstaged.session
-        target = self._logs.target_frame()
-        if target is not None and unstaged is not None:  # one session per statement
-            target = spark.sql(f"SELECT * FROM {t.target_ref}")
+        target = self._logs.target_frame(spark)  # one session per statement
         _faults.point("publish.before_target_commit", versions=list(versions))
         history, blank = None, list[str]()
         if spec.mode == "scd2":  # the changes to the target's history, merged below

@@ -1,6 +1,6 @@
 """Validating a batch on Spark before anything is staged: the embedded engine's checks
-and named errors (:func:`deltasink.input.batch.prepare`), with the row-level ones run as one
-Spark aggregation, so no row reaches the driver.
+and named errors (:func:`deltasink.input.batch.prepare`), with the row-level ones counted
+in one Spark pass over the batch (:func:`_batch_stats`), so no row reaches the driver.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def prepare_frame(
     Spark, raising the same named errors, in the same order, with the same messages.
 
     Schema checks run on a zero-row Arrow form of the batch (the embedded engine's own
-    code); null, NOT NULL and duplicate-key checks run as ONE Spark aggregation; with
+    code); null, NOT NULL and duplicate-key checks are counted in ONE Spark pass; with
     ``sequence_by`` the latest row per key is kept by a window (ties: the later row in
     the DataFrame's order). No row reaches the driver.
 
@@ -267,27 +267,72 @@ def _batch_stats(
     bounded: Sequence[str] = (),
     float_keys: Sequence[str] = (),
 ) -> tuple[dict[str, int], dict[str, Any]]:
-    """The validating aggregation: counts (nulls, NOT NULL violations, NaN float keys,
-    distinct keys), and the bounds of ``bounded`` keys (:func:`~.prune.bound_exprs`)."""
-    exprs = ["count(1) AS `n`"]
-    for i, name in enumerate(spec.required_columns):
-        exprs.append(f"sum(CASE WHEN {quote(name)} IS NULL THEN 1 ELSE 0 END) AS `null_{i}`")
+    """The validating aggregation: counts (rows, nulls, NOT NULL violations, NaN float
+    keys, distinct keys), and the bounds of ``bounded`` keys (:func:`~.prune.bound_exprs`).
+
+    On a classic session, one pass whose totals are Spark's observed metrics (each
+    task's partial sums, merged on the driver: no exchange to a single partition, no
+    second job): with keys, the batch grouped by its event columns (the one shuffle, which
+    brings a key's rows together; none when the batch is partitioned by them already)
+    and each group's counts observed. On Spark Connect (where PySpark 3.5 cannot read
+    observed metrics and Sail has none) the same counts by one aggregation, collected."""
     live = f" AND NOT {quote(DELETE_COLUMN)}" if spec.delete_when else ""
+    flags = {"n": "1"}  # each count: the sum of a row's flag
+    for i, name in enumerate(spec.required_columns):
+        flags[f"null_{i}"] = f"CASE WHEN {quote(name)} IS NULL THEN 1 ELSE 0 END"
     for i, name in enumerate(not_null):
-        exprs.append(
-            f"sum(CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END) AS `notnull_{i}`"
-        )
+        flags[f"notnull_{i}"] = f"CASE WHEN {quote(name)} IS NULL{live} THEN 1 ELSE 0 END"
     for i, name in enumerate(float_keys):
-        exprs.append(f"sum(CASE WHEN isnan({quote(name)}) THEN 1 ELSE 0 END) AS `nan_{i}`")
-    if spec.keys:
-        listed = ", ".join(quote(k) for k in spec.event_columns)
-        # count(DISTINCT a, b) skips rows with a null; a struct is never null
-        distinct = f"struct({listed})" if spec.null_safe_keys else listed
-        exprs.append(f"count(DISTINCT {distinct}) AS `keys`")
-    exprs += bound_exprs(bounded)
-    row = frame.selectExpr(*exprs).collect()[0].asDict()
+        flags[f"nan_{i}"] = f"CASE WHEN isnan({quote(name)}) THEN 1 ELSE 0 END"
+    events = [quote(k) for k in spec.event_columns]
+    how = _observed if getattr(frame, "_jdf", None) is not None else _collected  # classic?
+    row = how(frame, events, flags, spec.null_safe_keys, bound_exprs(bounded))
     bounds = {k: v for k, v in row.items() if k.startswith(("lo_", "hi_"))}
     return {k: int(v or 0) for k, v in row.items() if k not in bounds}, bounds
+
+
+def _collected(
+    frame: Any, events: Sequence[str], flags: Mapping[str, str], null_safe: bool, bounds: list[str]
+) -> dict[str, Any]:
+    """:func:`_batch_stats` as one aggregation, collected: the sums of ``flags``, the
+    distinct ``events`` (the event columns, quoted) and ``bounds``."""
+    exprs = [f"sum({flag}) AS {quote(name)}" for name, flag in flags.items()]
+    if events:
+        # count(DISTINCT a, b) skips rows with a null; a struct is never null
+        listed = ", ".join(events)
+        exprs.append(f"count(DISTINCT {f'struct({listed})' if null_safe else listed}) AS `keys`")
+    row: dict[str, Any] = frame.selectExpr(*exprs, *bounds).collect()[0].asDict()
+    return row
+
+
+def _observed(
+    frame: Any, events: Sequence[str], flags: Mapping[str, str], null_safe: bool, bounds: list[str]
+) -> dict[str, Any]:
+    """:func:`_collected`'s answer as the observed metrics of one pass (a ``noop``
+    write): with ``events``, of the batch grouped by them."""
+    from pyspark.sql import Observation
+    from pyspark.sql.functions import col, expr
+
+    metrics = [f"sum({flag}) AS {quote(name)}" for name, flag in flags.items()]
+    observed = frame
+    if events:
+        sums = {name: quote(f"_deltasink_{name}") for name in flags}
+        observed = frame.groupBy(*(col(c) for c in events)).agg(
+            *(expr(f"sum({flag}) AS {sums[name]}") for name, flag in flags.items())
+        )
+        metrics = [f"sum({sums[name]}) AS {quote(name)}" for name in flags]
+        # as count(DISTINCT a, b): a key with a null is left out, unless nulls match
+        present = " AND ".join(f"{c} IS NOT NULL" for c in events)
+        metrics.append(
+            "count(1) AS `keys`"
+            if null_safe
+            else f"sum(CASE WHEN {present} THEN 1 ELSE 0 END) AS `keys`"
+        )
+    observation = Observation()
+    observed.observe(observation, *(expr(m) for m in [*metrics, *bounds])).write.format(
+        "noop"
+    ).mode("overwrite").save()
+    return dict(observation.get)
 
 
 def _latest_per_key(frame: Any, keys: Sequence[str], sequence_by: str) -> Any:
