@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 import pyarrow as pa
@@ -332,7 +333,20 @@ def _observed(
     observed.observe(observation, *(expr(m) for m in [*metrics, *bounds])).write.format(
         "noop"
     ).mode("overwrite").save()
-    return dict(observation.get)
+    return {name: _from_jvm(value) for name, value in observation.get.items()}
+
+
+def _from_jvm(value: Any) -> Any:
+    """An observed metric as Python: PySpark 3.5's ``Observation.get`` hands a date over
+    as the JVM's object (4.x converts it). The only JVM objects here are the bounds of
+    date keys; one that does not read as an ISO date is left out (``None``: that key
+    unbounded, as for a batch without rows)."""
+    if type(value).__name__ != "JavaObject":  # py4j.java_gateway.JavaObject
+        return value
+    try:
+        return date.fromisoformat(str(value.toString()))
+    except ValueError:
+        return None
 
 
 def _latest_per_key(frame: Any, keys: Sequence[str], sequence_by: str) -> Any:
