@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.common import REPO_DIR, Stats, compare, log, machine_info, stats_dict, stopwatch
 
-__all__ = ["main"]
+__all__ = ["delta_spark_session", "main"]
 
 APP = "bench-p6"
 
@@ -42,17 +42,19 @@ def _jars() -> list[str]:
     return sorted(glob.glob(str(REPO_DIR.parent / "shared" / "delta-spark" / "*.jar")))
 
 
-def _session() -> Any:
+def delta_spark_session(app: str = "deltasink-bench-p6") -> Any:
+    """A classic ``local[2]`` session with delta-spark (the jars of ``DELTASINK_DELTA_JARS``
+    or ``../shared/delta-spark``), a 4 GiB driver; the benchmarks' one JVM."""
     from pyspark.sql import SparkSession
 
     jars = _jars()
     if not jars:
         raise SystemExit(
-            "P6 needs delta-spark's jars (DELTASINK_DELTA_JARS or ../shared/delta-spark)"
+            f"{app} needs delta-spark's jars (DELTASINK_DELTA_JARS or ../shared/delta-spark)"
         )
     spark = (
         SparkSession.builder.master("local[2]")
-        .appName("deltasink-bench-p6")
+        .appName(app)
         .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
@@ -99,7 +101,7 @@ def _merge_into(spark: Any, path: str, frame: Any, version: int) -> None:
 def run(runs: int, target_rows: int, work: Path) -> dict[str, Any]:
     from deltasink import DeltaSink, MergeSpec
 
-    spark = _session()
+    spark = delta_spark_session()
     template = work / "template"
     log(f"P6: building the {target_rows:,}-row target")
     spark.range(0, target_rows, numPartitions=4).selectExpr(

@@ -21,9 +21,7 @@ A/B of a change; the output names the deltasink it measured.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import os
 import tempfile
 import threading
 import time
@@ -32,39 +30,9 @@ from typing import Any
 
 import psutil
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+from bench.p6_delta_spark import delta_spark_session
+
 APP = "bench-scd2"
-
-
-def _jars() -> list[str]:
-    listed = os.environ.get("DELTASINK_DELTA_JARS")
-    if listed:
-        return [p for p in listed.split(os.pathsep) if p]
-    return sorted(glob.glob(str(REPO_DIR.parent / "shared" / "delta-spark" / "*.jar")))
-
-
-def _session() -> Any:
-    from pyspark.sql import SparkSession
-
-    jars = _jars()
-    if not jars:
-        raise SystemExit("needs delta-spark's jars (DELTASINK_DELTA_JARS or ../shared/delta-spark)")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("deltasink-bench-scd2")
-        .config("spark.jars", ",".join(jars))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-        )
-        .config("spark.driver.memory", "4g")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 class Sampler:
@@ -101,7 +69,7 @@ def run(rows: int, work: Path) -> dict[str, Any]:
     import deltasink
     from deltasink import DeltaSink, MergeSpec
 
-    spark = _session()
+    spark = delta_spark_session("deltasink-bench-scd2")
     spec = MergeSpec(mode="scd2", keys=["id"], sequence_by="seq")
     path = str(work / "target")
     sink = DeltaSink(path, APP, spec, engine="spark", spark=spark)
