@@ -16,7 +16,7 @@ VENV35    := .venv-spark35
 PYSPARK35 := 3.5.9
 STAMP35   := $(VENV35)/.deltasink-installed-pyspark-$(PYSPARK35)
 
-.PHONY: setup demo test test-delta-spark test-connect test-spark35 lint fmt check clean bench
+.PHONY: setup demo test test-generated test-delta-spark test-connect test-spark35 lint fmt check clean bench
 
 setup: $(STAMP)
 
@@ -31,6 +31,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The generated suites (predicate grammar, writer model, stream lifecycles; marker
+# `generated`) with a fresh seed, printed first and last with the command that repeats
+# it (DELTASINK_SEED=<seed> make test-generated), and each suite's CI count of cases
+# instead of make test's fixed-seed sample. tests/generated.py has the conventions.
+test-generated: $(STAMP)
+	DELTASINK_GENERATED=ci $(PY) -m pytest -m "generated and not connect" $(PYTEST_ARGS)
 
 # The delta-spark tests `make test` leaves out (marked delta_spark_full: the contract
 # again with Spark reading the logs, the remaining fault points, shapes and key types,

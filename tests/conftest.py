@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from deltasink import embedded_spark
+from tests import generated
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +61,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         runner = [i for i in items if i.name == "test_delta_spark_suite_in_its_own_process"]
         if runner and not config.option.collectonly:
             items[:] = [item for item in items if item not in runner] + runner
-            test_contract_spark.start_child()
+            test_contract_spark.start_child(config.option.markexpr or None)
 
 
 def _embedded_session_requested(items: list[pytest.Item]) -> bool:
     """Whether this run starts the embedded engine (some test uses its session)."""
     return any("spark" in getattr(item, "fixturenames", ()) for item in items)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The generated suites' seed, first thing in the output."""
+    return generated.banner()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The seed again at the end, where a failure is read."""
+    terminalreporter.write_line(generated.banner())

@@ -172,10 +172,12 @@ _child: tuple[subprocess.Popen[str], Path] | None = None
 CHILD_TIMEOUT_S = 1500
 
 
-def start_child() -> None:
+def start_child(markexpr: str | None = None) -> None:
     """Start the module's tests in a process of their own, now: conftest.py calls this
     at collection, so the JVM suite runs beside the rest of the suite (the runner test,
-    moved to the end, collects its results). Idempotent."""
+    moved to the end, collects its results). ``markexpr`` is the parent run's ``-m``
+    (``make test-generated`` selects ``generated``), so the child runs the same
+    selection. Idempotent."""
     global _child
     if _child is not None:
         return
@@ -188,7 +190,17 @@ def start_child() -> None:
     fd, name = tempfile.mkstemp(prefix="deltasink-delta-spark-suite-", suffix=".log")
     with os.fdopen(fd, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *CHILD_MODULES],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-rA",
+                "-p",
+                "no:cacheprovider",
+                *(["-m", markexpr] if markexpr else []),
+                *CHILD_MODULES,
+            ],
             cwd=ROOT,
             env=env,
             stdout=log,
