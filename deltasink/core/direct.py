@@ -22,6 +22,7 @@ from deltasink.core.committables import (
     Prepared,
     StagedVersion,
 )
+from deltasink.core.guards import check_publish
 from deltasink.core.participant import SupportsDirectPublish
 from deltasink.errors import CommitError, DeltaSinkError, FencedError, UnverifiableChecksError
 
@@ -59,6 +60,7 @@ def publish_directly(
     version = prepared.version
     try:
         _faults.point("commit.before_publish", versions=[version])
+        check_publish(state, version, app_id=app_id)
         result = participant.publish_prepared(prepared)
     except FencedError:
         raise

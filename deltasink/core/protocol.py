@@ -39,6 +39,7 @@ from deltasink.core.committables import (
     check_version,
 )
 from deltasink.core.direct import audit_passes, publish_directly
+from deltasink.core.guards import MarkGuard
 from deltasink.core.participant import (
     DiscardReason,
     Participant,
@@ -106,10 +107,15 @@ class TwoPhaseCommit(PublishRun[B]):
     coalesce: bool = True
     coalesce_max_rows: int = 2_000_000
     on_stale: Literal["skip", "raise"] = "skip"
+    _marks: MarkGuard = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._marks = MarkGuard(self.app_id)
 
     def state(self) -> LogState:
-        """The writer's durable state (one read of the participant's logs)."""
-        return self.participant.read_state()
+        """The writer's durable state (one read of the participant's logs; the committed
+        version decided here)."""
+        return self._read()
 
     def pre_commit(self, batch: B, version: object) -> Committable:
         """Phase one: durably stage ``batch`` as ``version``.
@@ -126,7 +132,7 @@ class TwoPhaseCommit(PublishRun[B]):
                 ``on_stale="raise"``.
         """
         v = check_version(version)
-        return self._pre_commit(batch, v, self.participant.read_state())
+        return self._pre_commit(batch, v, self._read())
 
     def _pre_commit(
         self,
@@ -239,7 +245,7 @@ class TwoPhaseCommit(PublishRun[B]):
         """
         v = check_version(version)
         participant = self.participant
-        state = participant.read_state()
+        state = self._read()
         committed = state.committed_version
         if version_of is not None:
             chosen, origin = version_of(committed)
@@ -298,7 +304,7 @@ class TwoPhaseCommit(PublishRun[B]):
             AlreadyCommittedError: The version is already committed to the target.
         """
         v = check_version(version)
-        state = self.participant.read_state()
+        state = self._read()
         if state.is_committed(v):
             raise AlreadyCommittedError(
                 f"version {v} of app {self.app_id!r} is already committed to the target "

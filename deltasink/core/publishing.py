@@ -20,6 +20,7 @@ from deltasink.core.committables import (
 )
 from deltasink.core.direct import landed_despite
 from deltasink.core.gate import audit_group
+from deltasink.core.guards import MarkGuard, check_publish
 from deltasink.core.participant import (
     Participant,
     SupportsCoalescing,
@@ -49,11 +50,18 @@ class PublishRun(Generic[B]):
     clock: Callable[[], float]
     coalesce: bool
     coalesce_max_rows: int
+    _marks: MarkGuard
+
+    def _read(self) -> LogState:
+        """The participant's state, its committed version decided here (from the plain
+        values it read, :class:`~deltasink.core.committables.CommitMarks`), with a
+        warning when the staging mark overrules a lost target marker."""
+        return self._marks.observe(self.participant.read_state())
 
     def _run(
         self, limit: int | None, *, recovering: bool, progress: Progress | None = None
     ) -> CommitReport:
-        state = self.participant.read_state()
+        state = self._read()
         self.timeouts.warn_if_old(self.app_id, state.pending, self.clock())
         todo = [s for s in state.pending if limit is None or s.version <= limit]
         results: list[CommitResult] = []
@@ -67,7 +75,7 @@ class PublishRun(Generic[B]):
         for group in self._groups(todo):
             passing, stopped = audit_group(self.participant, group, state, self.app_id)
             if len(passing) > 1:
-                coalesced = self._try_coalesced(passing)
+                coalesced = self._try_coalesced(passing, state)
                 if coalesced is not None:
                     record(coalesced)
                     committed = passing[-1].version
@@ -103,12 +111,15 @@ class PublishRun(Generic[B]):
                 rows = staged.rows
         return groups
 
-    def _try_coalesced(self, group: Sequence[StagedVersion]) -> CommitResult | None:
+    def _try_coalesced(
+        self, group: Sequence[StagedVersion], state: LogState
+    ) -> CommitResult | None:
         """One commit for ``group``; ``None`` (after logging) if it failed, so the
         caller falls back to one version at a time."""
         assert isinstance(self.participant, SupportsCoalescing)
         try:
             _faults.point("commit.before_publish", versions=[s.version for s in group])
+            check_publish(state, group[0].version, app_id=self.app_id)
             result = self.participant.publish_many(group)
         except FencedError:
             raise
@@ -133,11 +144,12 @@ class PublishRun(Generic[B]):
     ) -> CommitResult:
         try:
             _faults.point("commit.before_publish", versions=[staged.version])
+            check_publish(state, staged.version, app_id=self.app_id)
             result = self.participant.publish(staged)
         except FencedError:
             raise  # another writer owns the app now: stop, do not retry or abandon
         except Exception as exc:
-            landed = landed_despite(self.participant.read_state, staged, exc, self.app_id)
+            landed = landed_despite(self._read, staged, exc, self.app_id)
             if landed is not None:
                 result = landed
             elif (
