@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from deltasink.core.telemetry import Recorder
+
 __all__ = ["backoff", "retry"]
 
 logger = logging.getLogger("deltasink")
@@ -32,6 +34,8 @@ def retry(
     what: str,
     cap: float = 2.0,
     before_retry: Callable[[], object] | None = None,
+    recorder: Recorder | None = None,
+    winner: Callable[[], tuple[int | None, str | None]] | None = None,
 ) -> T:
     """``call()``, again after each retryable failure, at most ``attempts`` times.
 
@@ -45,16 +49,26 @@ def retry(
         what: What is attempted, for the log line of each retry.
         cap: Upper bound of the backoff in seconds (``0``: retry at once).
         before_retry: Called before each new attempt (e.g. refresh a snapshot).
+        recorder: The telemetry of the target commit attempted
+            (:mod:`deltasink.core.telemetry`): told of each attempt and each conflict.
+        winner: Called after a conflict, when there is a ``recorder``: the target's
+            newest Delta version and the deltasink app id that made it (the writer
+            that won, or one after it).
     """
     for attempt in range(1, attempts + 1):
+        if recorder is not None:
+            recorder.attempt()
         try:
             return call()
         except Exception as exc:
             if not retryable(exc):
                 raise
+            delay = backoff(attempt, cap) if cap > 0 and attempt < attempts else 0.0
+            if recorder is not None:
+                won = _winner(winner)
+                recorder.conflict(winner_version=won[0], winner_app=won[1], wait_s=delay)
             if attempt >= attempts:
                 raise exhausted(attempt, exc) from exc
-            delay = backoff(attempt, cap) if cap > 0 else 0.0
             logger.info(
                 "%s conflicted (%s); attempt %s/%s in %.2f s",
                 what,
@@ -68,3 +82,16 @@ def retry(
             if before_retry is not None:
                 before_retry()
     raise AssertionError("unreachable: attempts must be ≥ 1")
+
+
+def _winner(
+    winner: Callable[[], tuple[int | None, str | None]] | None,
+) -> tuple[int | None, str | None]:
+    """Who won a conflict, if it can be read (telemetry: never fails the commit)."""
+    if winner is None:
+        return None, None
+    try:
+        return winner()
+    except Exception as exc:
+        logger.debug("reading the winner of a conflict failed: %s", exc)
+        return None, None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from deltasink.core.telemetry import CommitTelemetry
 from deltasink.errors import InvalidVersionError
 
 __all__ = [
@@ -213,6 +214,8 @@ class CommitResult:
         versions: Every version this one target commit applied, ascending, when
             several pending versions were coalesced into it (``version`` is the
             highest); empty for a single version.
+        telemetry: What the commit cost: attempts, conflicts and who won them, time
+            by phase, files and bytes (:class:`~deltasink.core.telemetry.CommitTelemetry`).
     """
 
     version: int
@@ -225,6 +228,7 @@ class CommitResult:
     duration_s: float = 0.0
     message: str | None = None
     versions: tuple[int, ...] = ()
+    telemetry: CommitTelemetry = field(default_factory=CommitTelemetry, compare=False)
 
     @property
     def all_versions(self) -> tuple[int, ...]:
@@ -241,12 +245,17 @@ class CommitReport:
         results: One entry per version handled, in the order handled.
         committed_version: The target's committed version after the call.
         cleaned_versions: Committed versions whose staging data was removed.
+        pending_versions: Versions still staged and not committed after the call.
+        lag_s: Age in seconds of the oldest of them (how far the target is behind
+            what was accepted), ``None`` when nothing is pending.
     """
 
     app_id: str
     results: tuple[CommitResult, ...] = ()
     committed_version: int | None = None
     cleaned_versions: tuple[int, ...] = ()
+    pending_versions: tuple[int, ...] = field(default=(), compare=False)
+    lag_s: float | None = field(default=None, compare=False)
 
     @property
     def committed_versions(self) -> list[int]:
@@ -264,6 +273,9 @@ class CommitReport:
         return [r.version for r in self.results if r.outcome == "quarantined"]
 
 
+#: Called with each :class:`CommitResult` as it happens. An object that also has a
+#: ``starting(staged)`` method is told before each target commit which staged versions
+#: it applies (a long coalesced commit shows what it is doing: ``deltasink recover``).
 Progress = Callable[[CommitResult], None]
 
 CommittableState = Literal["staged", "restaged", "duplicate", "already_committed"]

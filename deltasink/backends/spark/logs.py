@@ -17,6 +17,7 @@ from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
 from deltasink.input.sql import DELETE_COLUMN
 from deltasink.locations import is_local
+from deltasink.ops.history import commit_app
 from deltasink.ops.layout import PROP_SPEC, VERSION_COLUMN, Quarantine
 from deltasink.shapes.spec import MergeSpec
 
@@ -150,6 +151,14 @@ class SparkLogs:
     def target_commits(self, limit: int | None) -> list[dict[str, Any]]:
         """The newest ``limit`` target commits (all of them: ``None``), newest first."""
         return self._source.target_commits(limit)
+
+    def newest_commit(self) -> tuple[int | None, str | None]:
+        """The target's newest Delta version and the deltasink app that made it (after a
+        lost conflict: who won, or a commit after it)."""
+        commits = self.target_commits(1)
+        if not commits:
+            return None, None
+        return int(commits[0]["version"]), commit_app(commits[0])
 
     def committed(self) -> int | None:
         """The target's committed version: its ``txn`` through delta-rs, else the newest
