@@ -312,7 +312,7 @@ class DeltaSink(StreamWriting, SinkOperations):
 
         Raises:
             InvalidInputError: ``position`` is not JSON-serialisable (nothing written).
-            As :meth:`pre_commit` and :meth:`commit` otherwise.
+            DeltaSinkError: Otherwise as :meth:`pre_commit` and :meth:`commit`.
         """
         if position is None:
             return self._write(df, version, replays_last_only=False)

@@ -105,7 +105,7 @@ class ForeachBatchWriter:
         Raises:
             ConfigurationError: A Spark Connect micro-batch without ``checkpoint`` while
                 ``identify_query`` is on (nothing written), or the embedded session.
-            As :meth:`DeltaSink.foreach_batch` otherwise.
+            DeltaSinkError: Otherwise as :meth:`DeltaSink.foreach_batch`.
         """
         session = getattr(df, "sparkSession", None)
         if session is not None and connect_session(session):
