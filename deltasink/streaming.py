@@ -152,9 +152,10 @@ def foreach_batch_writer(
             the writer is refused, here when the driver's session is a Connect one,
             else at the first micro-batch (nothing written). ``False`` opts out: each
             ``batch_id`` is then the version and nothing tells a reset checkpoint
-            from a replay, so a new checkpoint's batches up to the committed version
-            are dropped as already written instead of refused with
-            :class:`~deltasink.errors.CheckpointResetError`.
+            from a replay: a new checkpoint's batch whose id equals the committed
+            version is dropped as a replay (its rows never land), and those below it
+            are refused with :class:`~deltasink.errors.InvalidVersionError`, where
+            :class:`~deltasink.errors.CheckpointResetError` would name the query.
         **options: Further :class:`~deltasink.DeltaSink` keyword arguments.
 
     Raises:
@@ -211,8 +212,8 @@ def no_query_identity(target: str, app_id: str) -> ConfigurationError:
         "foreachBatch function cannot see which streaming query calls it, so a deleted or "
         "reset checkpoint could not be told from a replay. Pass "
         "foreach_batch_writer(..., checkpoint=<the query's checkpointLocation>), or opt "
-        "out with identify_query=False (batch ids are then versions, and a new "
-        "checkpoint's batches up to the committed version are dropped as already written).",
+        "out with identify_query=False (batch ids are then versions: a new checkpoint's "
+        "batch at the committed version is dropped as a replay, its rows lost).",
         table=target,
         app_id=app_id,
     )
