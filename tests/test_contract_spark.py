@@ -64,7 +64,11 @@ UPSERT = MergeSpec(keys=["id"])
 APPEND = MergeSpec(mode="append")
 #: The modules the child process runs: this one and those that use its session
 #: (``delta_spark``), so the whole run starts one JVM for them.
-CHILD_MODULES = ("tests/test_contract_spark.py", "tests/test_stream_reset_jvm.py")
+CHILD_MODULES = (
+    "tests/test_contract_spark.py",
+    "tests/test_stream_reset_jvm.py",
+    "tests/test_docs_jvm.py",
+)
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").
 FULL = pytest.mark.delta_spark_full
