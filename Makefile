@@ -1,8 +1,9 @@
 # deltasink developer commands. Everything installs into .venv/ in the repo root.
 #   make demo    set up (if needed) and run the quickstart job on the embedded engine
-#   make test    set up (if needed) and run the test suite (CI: under 8 min on 2 cores)
+#   make test    set up (if needed) and run the test suite (about 7 minutes on 2 cores)
 #   make test-delta-spark   the rest of the delta-spark suite (CI runs it too)
 #   make lint    ruff + mypy
+#   make docs    the reference site (API and CLI, from the docstrings) into build/docs/
 #   make bench   benchmarks (see bench/README.md)
 #   make test-spark35   the PySpark 3.5 suite (Databricks 14.3-15.4 LTS), in .venv-spark35/
 #   make test-connect   the spark engine through a local Spark Connect server with Delta
@@ -16,7 +17,7 @@ VENV35    := .venv-spark35
 PYSPARK35 := 3.5.9
 STAMP35   := $(VENV35)/.deltasink-installed-pyspark-$(PYSPARK35)
 
-.PHONY: setup demo test test-generated test-delta-spark test-connect test-spark35 lint fmt check clean bench
+.PHONY: setup demo test test-generated test-delta-spark test-connect test-spark35 lint docs fmt check clean bench
 
 setup: $(STAMP)
 
@@ -87,6 +88,18 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check deltasink tests jobs bench tools
 	$(VENV)/bin/ruff format --check deltasink tests jobs bench tools
 	$(VENV)/bin/mypy
+
+# The reference site: Sphinx over the docstrings (docs/reference/), warnings as errors,
+# no network at build time (no intersphinx). Installs the `docs` extra once.
+DOCS_STAMP := $(VENV)/.deltasink-docs-installed
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[embedded,dev,docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	rm -rf build/docs
+	$(PY) -m sphinx -W --keep-going -q -b html docs/reference build/docs
+	@echo "reference site: build/docs/index.html"
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix deltasink tests jobs bench tools

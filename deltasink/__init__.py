@@ -13,6 +13,8 @@ MERGEs staged versions into the target with the marker in the same commit, and
 
 from __future__ import annotations
 
+import logging as _logging
+
 from deltasink import checks, hooks
 from deltasink._version import __version__
 from deltasink.backends.embedded.sail import embedded_spark
@@ -40,6 +42,7 @@ from deltasink.errors import (
     QuarantinedError,
     ReplayMismatchError,
     SchemaMismatchError,
+    StagingFormatError,
     StagingOwnershipError,
     StorageAccessError,
     StorageError,
@@ -54,6 +57,12 @@ from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
 from deltasink.sink import DeltaSink, SinkStatus
 from deltasink.streaming import ForeachBatchWriter, foreach_batch_writer
+
+# Every module logs to the "deltasink" logger (warnings: stale versions, timeouts,
+# failed compactions; errors: quarantined versions). As libraries do, it has a
+# NullHandler and no output of its own: the application configures logging (e.g.
+# logging.basicConfig(level=logging.INFO)), and its handlers receive the records.
+_logging.getLogger("deltasink").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AlreadyCommittedError",
@@ -86,6 +95,7 @@ __all__ = [
     "SinkGroup",
     "SinkStatus",
     "StagedVersion",
+    "StagingFormatError",
     "StagingOwnershipError",
     "StorageAccessError",
     "StorageError",

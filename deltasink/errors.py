@@ -17,6 +17,8 @@ what the caller should do next::
     ├── ConfigurationError         fix the sink's configuration or the tables
     │   ├── NotADeltaTableError    the target path holds something that is not Delta
     │   ├── StagingOwnershipError  the staging table belongs to another target or app
+    │   ├── StagingFormatError     the staging table has a newer layout than this
+    │   │                          release reads: upgrade deltasink
     │   ├── MarkerLostError        the target lost this app's txn marker (rewritten or
     │   │                          expired) while versions are pending: check by hand
     │   ├── UnverifiableChecksError the job's checks include callables an operator's
@@ -59,6 +61,7 @@ __all__ = [
     "QuarantinedError",
     "ReplayMismatchError",
     "SchemaMismatchError",
+    "StagingFormatError",
     "StagingOwnershipError",
     "StorageAccessError",
     "StorageError",
@@ -187,6 +190,13 @@ class UnsupportedTableFeatureError(ConfigurationError):
 
 class StagingOwnershipError(ConfigurationError):
     """The staging table records another target or app id than this sink's."""
+
+
+class StagingFormatError(ConfigurationError):
+    """The staging table records a layout format (``deltasink.format``) newer than
+    this release reads: a newer deltasink release wrote it. Nothing is read or
+    written; upgrade deltasink where this sink runs (docs/guarantees.md,
+    "Compatibility")."""
 
 
 class MarkerLostError(ConfigurationError):

@@ -225,6 +225,12 @@ class DeltaSink(StreamWriting, SinkOperations):
         mode) pickles a ``foreachBatch`` function to run it in a Python worker of the
         server, and a bound ``sink.foreach_batch`` would carry this sink's session and
         open tables into another process."""
+        from deltasink.backends import active_session, embedded_session
+
+        if embedded_session(self._spark if self._spark is not None else active_session()):
+            from deltasink.resuming import no_foreach_batch_on_the_embedded_session
+
+            raise no_foreach_batch_on_the_embedded_session(self.target, self.app_id)
         raise ConfigurationError(
             f"a DeltaSink (app {self.app_id!r}) cannot be pickled: on Spark Connect "
             "(serverless, standard access mode) foreachBatch pickles its function, so pass "
@@ -310,7 +316,7 @@ class DeltaSink(StreamWriting, SinkOperations):
 
         Raises:
             InvalidInputError: ``position`` is not JSON-serialisable (nothing written).
-            As :meth:`pre_commit` and :meth:`commit` otherwise.
+            DeltaSinkError: Otherwise as :meth:`pre_commit` and :meth:`commit`.
         """
         if position is None:
             return self._write(df, version, replays_last_only=False)

@@ -33,8 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deltasink.backends import active_session, connect_session, embedded_session
 from deltasink.core.committables import CommitReport
 from deltasink.errors import ConfigurationError
+from deltasink.resuming import no_foreach_batch_on_the_embedded_session
 from deltasink.shapes.spec import MergeSpec
 from deltasink.sink import DeltaSink
 
@@ -63,6 +65,9 @@ class ForeachBatchWriter:
         checkpoint: The query's ``checkpointLocation``, read for its identity and
             positions (needed on Spark Connect and serverless; found by itself on
             classic compute).
+        identify_query: Refuse a Spark Connect micro-batch when the query cannot be
+            identified (no ``checkpoint``); ``False`` opts out (see
+            :func:`foreach_batch_writer`).
     """
 
     target: str
@@ -71,14 +76,22 @@ class ForeachBatchWriter:
     options: Mapping[str, Any] = field(default_factory=dict)
     resume: bool = False
     checkpoint: str | None = None
+    identify_query: bool = True
 
     def sink(self, spark: SparkSession | None = None) -> DeltaSink:
         """This process's sink for the writer, built on first use with ``spark`` (the
         session the first micro-batch came with, or the driver's for ``recover()`` and
         ``status()`` at start-up).
 
-        One sink per process keeps one writer epoch (a second sink with the same
-        ``app_id`` would fence the first)."""
+        One sink per process keeps one writer (a second sink with the same ``app_id``
+        would fence the first).
+
+        Raises:
+            ConfigurationError: ``spark`` is the embedded session (Sail), which has no
+                ``foreachBatch``.
+        """
+        if spark is not None and embedded_session(spark):
+            raise no_foreach_batch_on_the_embedded_session(self.target, self.app_id)
         key = (self.target, self.app_id, self.options.get("staging"), os.getpid())
         with _LOCK:
             sink = _SINKS.get(key)
@@ -91,10 +104,19 @@ class ForeachBatchWriter:
         """Write one micro-batch exactly once (:meth:`DeltaSink.foreach_batch`).
 
         Raises:
-            As :meth:`DeltaSink.foreach_batch`.
+            ConfigurationError: A Spark Connect micro-batch without ``checkpoint`` while
+                ``identify_query`` is on (nothing written), or the embedded session.
+            DeltaSinkError: Otherwise as :meth:`DeltaSink.foreach_batch`.
         """
-        sink = self.sink(getattr(df, "sparkSession", None))
+        session = getattr(df, "sparkSession", None)
+        if session is not None and connect_session(session):
+            self._require_identity(session)
+        sink = self.sink(session)
         return sink.foreach_batch(df, batch_id, resume=self.resume, checkpoint=self.checkpoint)
+
+    def _require_identity(self, session: Any) -> None:
+        if self.checkpoint is None and self.identify_query and not embedded_session(session):
+            raise no_query_identity(self.target, self.app_id)
 
 
 def foreach_batch_writer(
@@ -104,6 +126,7 @@ def foreach_batch_writer(
     *,
     resume: bool = False,
     checkpoint: str | os.PathLike[str] | None = None,
+    identify_query: bool = True,
     **options: Any,
 ) -> ForeachBatchWriter:
     """A ``foreachBatch`` function for ``DeltaSink(target, app_id, merge, **options)``
@@ -124,16 +147,32 @@ def foreach_batch_writer(
             mapping is read back from the target), and with it off again a later lost
             checkpoint is refused again rather than resumed from wherever it starts.
         checkpoint: The query's ``checkpointLocation`` (see :class:`ForeachBatchWriter`).
+            On Spark Connect (serverless, standard access mode, Databricks Connect) it
+            is the only way to identify the query, and so required there.
+        identify_query: ``True`` (default): on Spark Connect without ``checkpoint``
+            the writer is refused, here when the driver's session is a Connect one,
+            else at the first micro-batch (nothing written). ``False`` opts out: each
+            ``batch_id`` is then the version and nothing tells a reset checkpoint
+            from a replay: a new checkpoint's batch whose id equals the committed
+            version is dropped as a replay (its rows never land), and those below it
+            are refused with :class:`~deltasink.errors.InvalidVersionError`, where
+            :class:`~deltasink.errors.CheckpointResetError` would name the query.
         **options: Further :class:`~deltasink.DeltaSink` keyword arguments.
 
     Raises:
-        ConfigurationError: Invalid arguments, or ``spark=`` given (the micro-batch's
-            own session is used where the function runs).
+        ConfigurationError: Invalid arguments; ``spark=`` given (the micro-batch's own
+            session is used where the function runs); the active session is the
+            embedded one (Sail has no ``foreachBatch``); or, on Spark Connect, no
+            ``checkpoint`` while ``identify_query`` is on.
     """
     if "spark" in options:
         raise ConfigurationError(
             "foreach_batch_writer takes no spark=: the function runs where Spark puts it "
             "(another process on serverless) and uses the micro-batch's own session."
+        )
+    if resume and not identify_query:
+        raise ConfigurationError(
+            "resume=True needs the query's identity; it cannot go with identify_query=False."
         )
     writer = ForeachBatchWriter(
         os.fspath(target),
@@ -142,6 +181,26 @@ def foreach_batch_writer(
         dict(options),
         resume=bool(resume),
         checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+        identify_query=bool(identify_query),
     )
     DeltaSink(writer.target, app_id, merge, **options)  # validate now, on the driver
+    driver = active_session()
+    if driver is not None and embedded_session(driver):
+        raise no_foreach_batch_on_the_embedded_session(writer.target, app_id)
+    if driver is not None and connect_session(driver):
+        writer._require_identity(driver)
     return writer
+
+
+def no_query_identity(target: str, app_id: str) -> ConfigurationError:
+    """The refusal of a Spark Connect writer that cannot identify its query."""
+    return ConfigurationError(
+        "on Spark Connect (serverless, standard access mode, Databricks Connect) a "
+        "foreachBatch function cannot see which streaming query calls it, so a deleted or "
+        "reset checkpoint could not be told from a replay. Pass "
+        "foreach_batch_writer(..., checkpoint=<the query's checkpointLocation>), or opt "
+        "out with identify_query=False (batch ids are then versions: a new checkpoint's "
+        "batch at the committed version is dropped as a replay, its rows lost).",
+        table=target,
+        app_id=app_id,
+    )

@@ -848,8 +848,8 @@ class SinkContract:
         # the same check, the same words, plus which schema it was checked against
         same = str(committed.value).replace(harness.target + "_one", "T")
         assert str(pending.value).replace(harness.target, "T") == (
-            f"{same} (Checked against the schema T will have once app "
-            f"{harness.app_id!r}'s pending versions [0] are published: a staged version "
+            f"{same} (Checked against the schema T will have once the pending versions "
+            f"[0] of app {harness.app_id!r} are published: a staged version "
             "must be publishable. Nothing was staged.)"
         )
         assert (pending.value.column, pending.value.version) == (column, 1)

@@ -20,6 +20,7 @@ from deltasink import (
     MergeSpec,
     NotADeltaTableError,
     SchemaMismatchError,
+    StagingFormatError,
     StagingOwnershipError,
 )
 from deltasink.core.guards import check_owner
@@ -164,6 +165,27 @@ def test_staging_of_another_app_is_refused(existing: DeltaSink) -> None:
     with pytest.raises(StagingOwnershipError):
         other.status()
     assert support.table_version(existing.target) == 0
+
+
+def test_a_staging_table_of_a_newer_layout_format_is_refused(existing: DeltaSink) -> None:
+    """The compatibility policy (docs/guarantees.md, "Compatibility"): a release reads
+    every layout format up to its own and refuses a newer one, writing nothing."""
+    from deltalake import DeltaTable
+
+    from deltasink.ops.layout import FORMAT, PROP_FORMAT
+
+    existing.pre_commit(orders(id=[3], value=["c"]), 1)
+    staging = DeltaTable(existing.staging)
+    assert staging.metadata().configuration[PROP_FORMAT] == FORMAT == "1"
+    staging.alter.set_table_properties({PROP_FORMAT: "2"}, raise_if_not_exists=False)
+    before = support.table_version(existing.staging)
+    again = DeltaSink(existing.target, "bad-input", UPSERT)
+    for call in (again.status, again.recover, lambda: again.write(orders(id=[4], value=["d"]), 2)):
+        with pytest.raises(StagingFormatError, match=r"layout format '2'.*up to '1'") as info:
+            call()
+        assert isinstance(info.value, ConfigurationError)
+    assert support.table_version(existing.staging) == before
+    assert support.marker(existing.target, "bad-input") == 0
 
 
 def test_staging_of_another_target_is_refused(existing: DeltaSink, tmp_path: Path) -> None:

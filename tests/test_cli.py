@@ -46,6 +46,24 @@ def test_status_table(job: DeltaSink) -> None:
     assert "pending (staged, not committed)" in output
     lines = [line for line in output.splitlines() if line.startswith("│")]
     assert any(line.split("│")[1].strip() == "2" and "2" in line.split("│")[2] for line in lines)
+    rows = {c[1].strip(): c[2].strip() for c in (line.split("│") for line in lines) if len(c) > 3}
+    assert rows["pending versions"] == "[1, 2]"  # a list, as status().pending_versions
+    assert rows["merge"] == "upsert keys=['id']"
+
+
+def test_status_shows_every_merge_setting_and_no_pending_as_none(target: str) -> None:
+    spec = MergeSpec(keys=["id"], sequence_by="ts", delete_when="op = 'D'")
+    DeltaSink(target, "cdc", spec).write(pa.table({"id": [1], "ts": [5], "op": ["U"]}), 0)
+    code, output = invoke("status", target, "--app", "cdc")
+    assert code == 0
+    data = json.loads(invoke("status", target, "--app", "cdc", "--json")[1])
+    assert data["pending_versions"] == []
+    from deltasink.cli.output import merge_text
+
+    assert merge_text(spec) == "upsert keys=['id'] sequence_by='ts' delete_when=\"op = 'D'\""
+    cells = [c.strip() for line in output.splitlines() for c in line.split("│")]
+    assert cells[cells.index("pending versions") + 1] == "none"
+    assert "sequence_by='ts'" in " ".join(output.split())
 
 
 def test_status_json(job: DeltaSink) -> None:
@@ -169,6 +187,8 @@ def test_version_json() -> None:
     assert data["python"] == ".".join(map(str, sys.version_info[:3]))
     code, output = invoke("version")
     assert (code, output.strip()) == (0, data["deltasink"])
+    code, output = invoke("--version")  # as every command-line tool spells it
+    assert (code, output.strip()) == (0, f"deltasink {data['deltasink']}")
 
 
 def test_commit_failure_exit_code(job: DeltaSink) -> None:
@@ -409,10 +429,10 @@ def test_recover_asks_before_fencing_a_live_writer_on_a_terminal(
 ) -> None:
     monkeypatch.setattr(cli, "_interactive", lambda: True)
     result = runner.invoke(app, ["recover", job.target, "--app", "orders"], input="n\n")
-    assert result.exit_code == 1
+    assert result.exit_code == EXIT_REFUSED  # declined: nothing done, not a storage error
     said = " ".join(result.output.split())
     assert "a job still running with this app id is fenced" in said
-    assert said.endswith("Continue? [y/N]: n nothing done")
+    assert said.endswith("Continue? [y/N]: n declined: nothing done")
     assert job.status().pending_versions == [1, 2]  # nothing recovered, nobody fenced
     job.pre_commit(pa.table({"id": [6], "value": ["f"]}), 3)
     result = runner.invoke(app, ["recover", job.target, "--app", "orders"], input="y\n")

@@ -202,6 +202,53 @@ def test_a_micro_batch_without_checkpoint_has_no_identity_on_connect(
     assert "foreach_batch_writer(..., checkpoint=" in caplog.text
 
 
+def test_a_writer_that_cannot_identify_its_query_is_refused_on_connect(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    """Without ``checkpoint=`` nothing on Connect tells a reset checkpoint from a replay:
+    refused when built on a Connect driver, and at the first micro-batch of a writer
+    built elsewhere, nothing written; ``identify_query=False`` opts out by name."""
+    from pyspark.sql import SparkSession
+
+    from deltasink import ForeachBatchWriter
+
+    target = tmp_path / "orders"
+    if SparkSession.getActiveSession() is not connect_spark:
+        pytest.skip("the active session is another one here (run the module alone)")
+    with pytest.raises(ConfigurationError, match=r"checkpoint=.*identify_query=False"):
+        foreach_batch_writer(target, "orders-stream", UPSERT, engine="spark")
+    opted_out = foreach_batch_writer(
+        target, "orders-stream", UPSERT, engine="spark", identify_query=False
+    )
+    assert opted_out.identify_query is False
+    shipped = ForeachBatchWriter(str(target), "orders-stream", UPSERT, {"engine": "spark"})
+    with pytest.raises(ConfigurationError, match="checkpoint="):
+        shipped(connect_spark.range(1), 0)
+    assert not support.exists(str(target))
+
+
+def test_the_readme_streaming_example_runs_as_written_on_connect(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    """The README's streaming block (``<!-- snippet: stream -->``), unchanged, on a Spark
+    Connect session: the function runs in the server's Python worker; the driver's
+    sink and the worker's are two processes' sinks of one writer."""
+    from tests.test_docs import places_in, streaming_example
+
+    _, stream = streaming_example()
+    places = places_in(tmp_path)
+    exec(
+        compile(stream.moved(places), stream.where, "exec"),
+        {"__name__": "readme", "spark": connect_spark},
+    )
+    target = places["/tmp/deltasink-stream"] + "/silver/orders"
+    assert support.rows(target, sort_by="order_id") == [
+        {"order_id": 1, "status": "created"},
+        {"order_id": 2, "status": "created"},
+    ]
+    assert list(support.txn_commits(target, "orders-stream")) == [0]
+
+
 def test_no_spark_context_on_connect(connect_spark: Any) -> None:
     from pyspark.errors import PySparkAttributeError
 

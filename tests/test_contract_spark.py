@@ -67,6 +67,7 @@ APPEND = MergeSpec(mode="append")
 CHILD_MODULES = (
     "tests/test_contract_spark.py",
     "tests/test_stream_reset_jvm.py",
+    "tests/test_docs_jvm.py",
     "tests/test_telemetry_jvm.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):

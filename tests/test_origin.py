@@ -334,7 +334,12 @@ def test_resume_needs_an_identity(target: str) -> None:
     assert not support.exists(target)
 
 
-def test_the_writer_carries_resume_and_checkpoint(tmp_path: Path, target: str) -> None:
+def test_the_writer_carries_resume_and_checkpoint(
+    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltasink import streaming
+
+    monkeypatch.setattr(streaming, "active_session", lambda: None)  # not the embedded one
     old, new = Checkpoint(tmp_path / "ck-a"), Checkpoint(tmp_path / "ck-b")
     old.offsets(0, kafka(0))
     foreach_batch_writer(target, APP, APPEND, checkpoint=old.root)(rows(1), 0)

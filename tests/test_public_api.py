@@ -74,3 +74,14 @@ def test_stream_identity_errors_are_exported() -> None:
         "checkpoint",
     ]
     assert callable(DeltaSink.offsets)
+
+
+def test_the_library_logger_has_a_null_handler_and_propagates() -> None:
+    """As libraries do: no output of deltasink's own (no last-resort handler printing
+    to stderr); the application's logging configuration receives every record."""
+    import logging
+
+    logger = logging.getLogger("deltasink")
+    assert any(isinstance(h, logging.NullHandler) for h in logger.handlers)
+    assert logger.propagate
+    assert not any(type(h) is not logging.NullHandler for h in logger.handlers)

@@ -56,6 +56,7 @@ def test_every_section_is_covered() -> None:
         "I need to re-run a day",
         "I lost or changed my checkpoint",
         "Housekeeping",
+        "Retiring an app id",
         "The target lost its markers (`MarkerLostError`)",
         "A staged version does not fit the target",
     }
@@ -212,3 +213,28 @@ def test_a_staged_version_does_not_fit_the_target(target: str) -> None:
     assert code == 0
     assert "committed version is now 7" in output
     assert [(r["id"], r["b"]) for r in support.rows(target)] == [(1, None), (2, 20)]
+
+
+def test_retiring_an_app_id(target: str) -> None:
+    from tests.test_docs import blocks
+
+    job = DeltaSink(target, "orders-ingest", UPSERT)
+    job.write(batch(1), 0)
+    job.pre_commit(batch(2), 1)  # ... and the job is stopped for good
+    status, recover, as_json = sections()["Retiring an app id"]
+    code, output = run(status, target)
+    assert (code, "pending versions" in output) == (0, True)
+    assert run(recover, target)[0] == 0
+    code, output = run(as_json, target)
+    data = json.loads(output)
+    assert (code, data["pending_versions"], data["quarantined"]) == (0, [], [])
+    (remove,) = [b for b in blocks() if b.marker.get("situation") == "retire"]
+    assert data["staging"] == target + "_deltasink_staging/orders-ingest"
+    remove.run_shell({DOC_TARGET: target})
+    assert not Path(data["staging"]).exists()
+    assert support.ids(target) == [1, 2]  # the rows stay, and the marker with them
+    assert support.marker(target, "orders-ingest") == 1
+    code, output = run(status, target)
+    assert code == 0  # still known by its marker; an app id that comes back continues
+    DeltaSink(target, "orders-ingest", UPSERT).write(batch(3), 2)
+    assert support.ids(target) == [1, 2, 3]

@@ -13,6 +13,7 @@ import json
 import threading
 from datetime import timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -623,15 +624,29 @@ def test_auto_picks_the_embedded_engine_for_the_embedded_session(spark: Any, tar
 
 
 def test_an_explicit_engine_overrides_the_session(spark: Any, target: str) -> None:
-    sink = DeltaSink(target, "app", UPSERT, engine="spark", spark=spark)
+    other = SimpleNamespace()  # a session that is neither Delta-enabled nor the embedded one
+    sink = DeltaSink(target, "app", UPSERT, engine="spark", spark=other)
     assert (sink.engine, sink.engine_reason) == ("spark", "engine='spark' was given")
     assert isinstance(sink._backend, SparkBackend)
     embedded = DeltaSink(target, "app", UPSERT, engine="embedded", spark=spark)
     assert (embedded.engine, embedded.engine_reason) == ("embedded", "engine='embedded' was given")
+    # Sail ignores Delta's txn options: the spark engine on it would not be idempotent
+    with pytest.raises(ConfigurationError, match="engine='embedded'"):
+        DeltaSink(target, "app", UPSERT, engine="spark", spark=spark)
+    with pytest.raises(ConfigurationError, match="Sail"):
+        DeltaSink(target, "app", UPSERT, engine="spark")  # the active session is Sail
+    assert not support.exists(target)
+
+
+def test_a_catalog_name_on_the_embedded_session_is_refused_by_name(spark: Any) -> None:
+    """Before: Sail's raw parser error at the first statement. Now: before anything."""
+    for session in (spark, None):  # given, or the active one
+        with pytest.raises(ConfigurationError, match=r"catalog table name.*Pass the table's path"):
+            DeltaSink("main.sales.orders", "orders-ingest", UPSERT, spark=session)
 
 
 def test_a_catalog_name_picks_the_spark_engine(spark: Any) -> None:
-    sink = DeltaSink("main.sales.orders", "orders-ingest", UPSERT, spark=spark)
+    sink = DeltaSink("main.sales.orders", "orders-ingest", UPSERT, spark=SimpleNamespace())
     assert (sink.engine, sink.engine_reason) == (
         "spark",
         "auto: the target is a catalog table name",

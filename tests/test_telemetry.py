@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+import yaml
 from rich.console import Console
 from rich.progress import Progress
 from typer.testing import CliRunner
@@ -24,8 +26,9 @@ from deltasink.cli import RecoverProgress
 from deltasink.cli import app as cli_app
 from deltasink.core import telemetry
 from deltasink.observe import INSTRUMENTS
-from tests import support
+from tests import forks, support
 from tests.otel import Collected, collected
+from tests.test_docs import of_kind
 
 UPSERT = MergeSpec(keys=["id"])
 
@@ -226,32 +229,27 @@ def test_recover_on_a_terminal_shows_what_a_coalesced_commit_applies(tmp_path: P
     assert done == 3
 
 
+def _scrape_job(setup: str, port: int, target: str) -> None:
+    """docs/deploy.md's set-up as written (its port replaced), a job's writes, a scrape."""
+    exec(compile(setup.replace("9464", str(port)), "deploy.md", "exec"), {})
+    writer = DeltaSink(target, "orders-ingest", UPSERT, engine="embedded")
+    writer.write(batch(1, 2), 0)
+    writer.pre_commit(batch(3), 1)
+    writer.status()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+        print(response.read().decode())
+
+
 def test_the_prometheus_scrape_of_the_deployment_guide(tmp_path: Path) -> None:
-    """docs/deploy.md's set-up, scraped over HTTP on 127.0.0.1: the names it promises."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.sdk.metrics import MeterProvider
-    from prometheus_client import start_http_server
-
-    from deltasink import observe
-
-    reader = PrometheusMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    server, thread = start_http_server(0, addr="127.0.0.1")
-    observe.use(provider, None)
-    try:
-        writer = sink(str(tmp_path / "orders"), "orders-ingest")
-        writer.write(batch(1, 2), 0)
-        writer.pre_commit(batch(3), 1)
-        writer.status()
-        url = f"http://127.0.0.1:{server.server_port}/metrics"
-        with urllib.request.urlopen(url, timeout=30) as response:
-            text = response.read().decode()
-    finally:
-        observe.use(None, None)
-        provider.shutdown()
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    """docs/deploy.md's Prometheus set-up, run in a process of its own (it sets the
+    global meter provider) and scraped over HTTP: the names the guide promises; its
+    ``prometheus.yml`` scrapes the port the set-up serves."""
+    setup, config = (b.code for b in of_kind("otel"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code, text = forks.run(_scrape_job, setup, port, str(tmp_path / "orders"))
+    assert code == 0, text
     app = 'deltasink_app_id="orders-ingest"'
     lines = [line for line in text.splitlines() if app in line]
     assert any(
@@ -262,3 +260,5 @@ def test_the_prometheus_scrape_of_the_deployment_guide(tmp_path: Path) -> None:
     (pending,) = [line for line in lines if line.startswith("deltasink_pending_versions")]
     assert pending.endswith(" 1.0")
     assert any(line.startswith("deltasink_pending_age_seconds{") for line in lines)
+    (scrape,) = yaml.safe_load(config)["scrape_configs"]
+    assert scrape["static_configs"][0]["targets"][0].endswith(":9464")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from deltasink.backends.ports import CommitPort, EngineParts, MaintenancePort, SinkConfig
 from deltasink.backends.sessions import delta_enabled, require_delta
+from deltasink.errors import ConfigurationError
 from deltasink.locations import is_catalog_name
 
 __all__ = [
@@ -24,8 +25,11 @@ __all__ = [
     "EngineParts",
     "MaintenancePort",
     "SinkConfig",
+    "active_session",
     "connect",
+    "connect_session",
     "delta_enabled",
+    "embedded_session",
     "is_catalog_name",
     "require_delta",
     "select_engine",
@@ -58,17 +62,53 @@ def select_engine(
     if engine == "embedded":
         return "embedded", "engine='embedded' was given"
     if engine == "spark":
+        if embedded_session(spark if spark is not None else active_session()):
+            raise ConfigurationError(
+                "engine='spark' with the embedded session (embedded_spark(), Sail): Sail "
+                "ignores Delta's idempotent-write options, so its commits would carry no "
+                "txn marker. Use engine='embedded' (or 'auto') with this session, or a "
+                "Delta-enabled session (Databricks, Spark with delta-spark) for the spark "
+                "engine."
+            )
         return "spark", "engine='spark' was given"
     if spark is None:
-        try:
-            from pyspark.sql import SparkSession
-
-            spark = SparkSession.getActiveSession()
-        except Exception:
-            spark = None
+        spark = active_session()
     reason = delta_enabled(spark) if spark is not None else None
     if reason is not None:
         return "spark", f"auto: {reason}"
     if is_catalog_name(target):
+        if spark is not None and embedded_session(spark):
+            raise ConfigurationError(
+                f"target {target!r} is a catalog table name, and the session is the "
+                "embedded one (embedded_spark(), Sail), which cannot write catalog tables "
+                "nor make Delta's idempotent commits. Pass the table's path (the embedded "
+                "engine writes it with delta-rs), or run with a Delta-enabled session: "
+                "Databricks, or Spark with delta-spark (docs/deploy.md).",
+                table=target,
+            )
         return "spark", "auto: the target is a catalog table name"
     return "embedded", "auto: no Delta-enabled Spark session, so delta-rs makes the commits"
+
+
+def active_session() -> Any:
+    """The process's active PySpark session, or ``None`` (also without PySpark)."""
+    try:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.getActiveSession()
+    except Exception:
+        return None
+
+
+def embedded_session(spark: Any) -> bool:
+    """Whether ``spark`` is the embedded engine's session (Sail, in this process):
+    no ``foreachBatch``, no catalog tables, and Delta's ``txn`` options ignored."""
+    from deltasink.backends.embedded.sail import serves
+
+    return serves(spark)
+
+
+def connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (serverless, standard access mode,
+    Databricks Connect, a Spark Connect server; the embedded engine's too)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from deltasink.errors import ConfigurationError
+
 __all__ = ["DELTA_CATALOG", "DELTA_EXTENSION", "delta_enabled", "require_delta"]
 
 
@@ -66,8 +68,6 @@ def require_delta(spark: Any, *, table: str | None = None, app_id: str | None = 
             return str(spark.conf.get(key, None) or "unset")
         except Exception:
             return "unset"
-
-    from deltasink.errors import ConfigurationError
 
     raise ConfigurationError(
         "the spark engine needs a Delta-enabled Spark session, and this one has no Delta "

@@ -4,11 +4,13 @@ A thin layer over the public API. Every command takes ``--json`` for scripts.
 
 Exit codes:
     0  success
-    1  unexpected error
+    1  storage error (the store refused the credentials, is unreachable, the bucket is
+       missing) or another unexpected error
     2  usage error (bad arguments)
     3  configuration error (not a Delta table, staging of another app, no MergeSpec)
     4  commit failed (the job's versions stay staged; fix the cause, run recover again)
-    5  refused (e.g. aborting a version that is already committed, or not staged)
+    5  refused, nothing done (e.g. aborting a version that is already committed, or not
+       staged; answering no to recover's question)
     6  stopped at a quarantined version (a pre-commit check failed; abort or re-stage it)
     7  fenced (another live writer with the same app_id holds the staging table)
 """
@@ -145,7 +147,8 @@ def recover(
     Runs the job's recorded pre-commit checks first (a failing version is quarantined,
     exit 6); refuses (exit 5) when they include callables it cannot run. Claims the
     writer role: a job still running with the same app_id is fenced (its next write
-    raises FencedError), so on a terminal it asks first unless --yes is given.
+    raises FencedError), so on a terminal it asks first unless --yes is given;
+    answering no exits 5 with nothing done.
     """
     with exit_on_error(as_json):
         sink = known_sink(
@@ -158,8 +161,8 @@ def recover(
                 "next write raises FencedError and it must be restarted)."
             )
             if not typer.confirm("Continue?", default=False, err=True):
-                err.print("nothing done")
-                raise typer.Exit(EXIT_ERROR)
+                err.print("declined: nothing done")
+                raise typer.Exit(EXIT_REFUSED)
         pending = sink.status().pending_versions
         if as_json or not pending or not err.is_terminal:
             report = sink.recover()
@@ -303,5 +306,10 @@ app.command("version")(show_version)
 
 
 def main() -> None:
-    """Entry point of the ``deltasink`` command."""
+    """Entry point of the ``deltasink`` command. The library's warnings (the
+    ``deltasink`` logger) go to stderr, unless logging was configured already."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     app(prog_name="deltasink")

@@ -130,8 +130,26 @@ class Options:
     spark: bool = False
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from deltasink import __version__
+
+        out.print(f"deltasink {__version__}", highlight=False)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback()
 def global_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the deltasink version and exit (the version command also "
+            "prints the Python and library versions with --json).",
+        ),
+    ] = False,
     spark: Annotated[
         bool,
         typer.Option(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -9,8 +11,17 @@ from rich.table import Table
 
 from deltasink.core.committables import CommitReport
 from deltasink.ops.status import SinkStatus
+from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["age", "pending_table", "report_dict", "report_table", "status_table"]
+__all__ = [
+    "age",
+    "merge_text",
+    "pending_table",
+    "report_dict",
+    "report_table",
+    "status_table",
+    "versions_text",
+]
 
 
 def age(ts: datetime, now: datetime) -> str:
@@ -25,6 +36,24 @@ def age(ts: datetime, now: datetime) -> str:
     return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
 
 
+def versions_text(versions: Sequence[int]) -> str:
+    """Versions as the API returns them (a list), ``none`` when empty."""
+    return str(list(versions)) if versions else "none"
+
+
+def merge_text(spec: MergeSpec) -> str:
+    """A MergeSpec on one line: its mode and every field not at its default, in
+    ``MergeSpec(...)`` keyword spelling (``upsert keys=['id'] sequence_by='ts'``)."""
+    parts: list[str] = [spec.mode]
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if f.name == "mode" or value == f.default or (value == () and f.default is None):
+            continue
+        shown = list(value) if isinstance(value, tuple) else value
+        parts.append(f"{f.name}={shown!r}")
+    return " ".join(parts)
+
+
 def status_table(status: SinkStatus, now: datetime) -> Table:
     """The writer's state, one field per row."""
     table = Table(title=f"app [bold]{status.app_id}[/] → {status.target}", title_justify="left")
@@ -37,13 +66,16 @@ def status_table(status: SinkStatus, now: datetime) -> Table:
     )
     committed = "—" if status.committed_version is None else str(status.committed_version)
     table.add_row("committed version", f"[bold green]{committed}[/]")
-    table.add_row("pending versions", str(len(status.pending)))
+    table.add_row("pending versions", versions_text(status.pending_versions))
     if status.quarantined:
         table.add_row("quarantined", f"[bold red]{sorted(status.quarantined)}[/]")
     if status.merge is not None:
-        table.add_row("merge", f"{status.merge.mode} keys={list(status.merge.keys)}")
+        table.add_row("merge", merge_text(status.merge))
     if status.leftover_versions:
-        table.add_row("leftover staging", f"{status.leftover_versions} (cleaned by recover)")
+        table.add_row(
+            "committed, staging not yet cleaned",
+            f"{versions_text(status.leftover_versions)} (removed by the next recover)",
+        )
     origin = status.origin
     if origin is not None and origin.query_id is not None:
         table.add_row(

@@ -12,10 +12,11 @@ from deltasink.errors import (
     CommitError,
     ConfigurationError,
     MarkerLostError,
+    StagingFormatError,
     StagingOwnershipError,
 )
 from deltasink.locations import same_location
-from deltasink.ops.layout import PROP_APP, PROP_TARGET
+from deltasink.ops.layout import FORMAT, PROP_APP, PROP_FORMAT, PROP_TARGET
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = [
@@ -38,9 +39,20 @@ def check_owner(props: Mapping[str, str], *, staging: str, target: str, app_id: 
     ``abfss://`` is the same target, so the writer takes over its own pending versions.
 
     Raises:
+        StagingFormatError: The table's layout format is newer than this release's.
         StagingOwnershipError: deltasink did not create the table, or it belongs to
             another target or app.
     """
+    layout = props.get(PROP_FORMAT, FORMAT)
+    if not layout.isdigit() or int(layout) > int(FORMAT):
+        raise StagingFormatError(
+            f"staging table {staging} has layout format {layout!r}, and this deltasink "
+            f"release reads formats up to {FORMAT!r}: a newer release wrote it. Nothing was "
+            "read or written. Upgrade deltasink here (every job and operator of this app "
+            "must run a release that reads the table's format).",
+            table=staging,
+            app_id=app_id,
+        )
     owner_target, owner_app = props.get(PROP_TARGET), props.get(PROP_APP)
     if owner_target is None or owner_app is None:
         raise StagingOwnershipError(

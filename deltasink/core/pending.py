@@ -67,8 +67,8 @@ def pending_context(
     """``exc`` (a batch refused against :func:`schema_after`) saying which schema it was
     checked against, when versions are pending before it."""
     return SchemaMismatchError(
-        f"{exc} (Checked against the schema {table} will have once app {app_id!r}'s "
-        f"pending versions {list(pending)} are published: a staged version must be "
+        f"{exc} (Checked against the schema {table} will have once the "
+        f"pending versions {list(pending)} of app {app_id!r} are published: a staged version must be "
         "publishable. Nothing was staged.)",
         table=exc.table,
         column=exc.column,

@@ -261,7 +261,7 @@ class TwoPhaseCommit(PublishRun[B]):
             v = check_version(chosen)
         if replays_last_only and committed is not None and v < committed:
             raise InvalidVersionError(
-                f"batch {v} is below app {self.app_id!r}'s committed version {committed}: "
+                f"batch {v} is below the committed version {committed} of app {self.app_id!r}: "
                 "its source replays only its last batch, so the checkpoint was reset or "
                 "belongs to another query. Give the new query its own app_id (or its old "
                 "checkpoint).",

@@ -186,7 +186,7 @@ def resolve(
     who = f"streaming query {by}"
     raise CheckpointResetError(
         f"micro-batch {batch} of streaming query {origin.query_id} cannot be written to "
-        f"{table}: app {app_id!r}'s versions up to {committed} were committed by {who}. "
+        f"{table}: for app {app_id!r}, the versions up to {committed} were committed by {who}. "
         "Its batch ids number another checkpoint's batches (a deleted, reset or changed "
         "checkpoint), so it is not a replay. Nothing was written. Ways out: resume right "
         "after version "
