@@ -6,8 +6,8 @@ deltasink only *records*, on the global meter and tracer providers (or the ones 
 scrape endpoint, see ``docs/deploy.md``). Without ``opentelemetry-api``, or with
 ``DELTASINK_TELEMETRY=off``, nothing is imported and nothing is recorded.
 
-Each public call (``write``, ``commit``, ``recover``, ``pre_commit``) is a span
-``deltasink.<call>``. A call that made one target commit carries that commit's
+Each public call (``write``, ``foreach_batch``, ``commit``, ``recover``,
+``pre_commit``) is a span ``deltasink.<call>``. A call that made one target commit carries that commit's
 attributes (versions, target version, attempts, rows, seconds by phase) and one
 ``deltasink.conflict`` event per conflict it lost; a call that made several has one
 child span ``deltasink.publish`` per commit, placed where it ran, with the same. The

@@ -12,6 +12,7 @@ from deltasink.core.committables import CommitReport
 from deltasink.errors import ConfigurationError
 from deltasink.failures import named_storage_errors
 from deltasink.inputs import Batch
+from deltasink.observe import observed
 from deltasink.ops.checkpoint import ResumePoint, resume_point, stream_origin
 from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import BatchOrigin, batch_files, check_resume_start, encode, resolve
@@ -143,6 +144,7 @@ class StreamWriting:
     ) -> CommitReport:
         raise NotImplementedError
 
+    @observed("foreach_batch")
     @named_storage_errors
     def foreach_batch(
         self,

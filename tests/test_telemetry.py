@@ -262,3 +262,15 @@ def test_the_prometheus_scrape_of_the_deployment_guide(tmp_path: Path) -> None:
     assert any(line.startswith("deltasink_pending_age_seconds{") for line in lines)
     (scrape,) = yaml.safe_load(config)["scrape_configs"]
     assert scrape["static_configs"][0]["targets"][0].endswith(":9464")
+
+
+def test_a_streaming_micro_batch_is_observed(tmp_path: Path) -> None:
+    """``foreach_batch`` (what a stream calls) is a span of its own, and its commit is
+    counted like a write's."""
+    writer = sink(str(tmp_path / "orders"), "stream")
+    with collected() as otel:
+        writer.foreach_batch(batch(1, 2), 0)
+        writer.foreach_batch(batch(3), 1)
+    assert [s.name for s in otel.exporter.get_finished_spans()] == ["deltasink.foreach_batch"] * 2
+    assert otel.value("deltasink.commits", app_id="stream", outcome="committed") == 2
+    assert otel.value("deltasink.committed.version", app_id="stream") == 1
