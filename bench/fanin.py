@@ -586,6 +586,7 @@ def main(argv: list[str] | None = None) -> None:
         runs=args.runs,
     )
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"cases": cases}, indent=1))
     else:
         print(render({"cases": [_summary(c) for c in cases]}))

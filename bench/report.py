@@ -713,9 +713,11 @@ def splice(report: str, results: dict[str, Any], *, command: str) -> str:
         end += 1
     lines[end + 1 : end + 1] = ["| " + " | ".join(r) + " |" for r in _new_goal_rows(sections)]
     note = (
-        f"Sections {', '.join(_OWN_SECTIONS[k][3:] for k in keys)}: `{command} --splice` "
-        f"({results['machine']['date']}, load {results['machine']['loadavg']} at start, "
-        f"{results['config'].get('loadavg_end', '?')} at end); the rest from the last full "
-        "run."
+        f"This section (and its goal rows): `{command}` ({results['machine']['date']}, load "
+        f"{results['machine']['loadavg']} at start, {results['config'].get('loadavg_end', '?')}"
+        " at end); the other sections are the last full run's."
     )
-    return "\n".join(lines) + "\n\n" + "\n\n".join([note, *_new_sections(sections)]) + "\n"
+    parts = _new_sections(sections)
+    for i in range(0, len(parts), 2):  # heading, body: the note between them
+        parts[i] += "\n\n" + note
+    return "\n".join(lines) + "\n\n" + "\n\n".join(parts) + "\n"
