@@ -28,6 +28,8 @@ from deltasink.backends.embedded.compaction import (
     auto_compact,
     plan,
 )
+from deltasink.backends.embedded.rewrite import files_of, rewrite
+from deltasink.ops.history import is_compaction
 from tests import support
 
 APP = "orders-ingest"
@@ -61,10 +63,11 @@ def files(uri: str) -> int:
 
 
 def optimize_commits(uri: str) -> dict[int, list[dict[str, Any]]]:
+    """The compaction commits: Delta's OPTIMIZE, or the embedded engine's own."""
     return {
         v: actions
         for v, actions in support.log_commits(uri).items()
-        if support.commit_info(uri, v).get("operation") == "OPTIMIZE"
+        if is_compaction(support.commit_info(uri, v))
     }
 
 
@@ -167,34 +170,61 @@ def test_a_failed_compaction_is_a_warning_and_the_next_commit_compacts(
     target: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = DeltaSink(target, APP, SPEC, table=TableSpec(properties={AUTO_COMPACT: "true"}))
-
-    def concurrent_delete() -> None:
-        # right after the data commit of batch 49: another writer deletes a row from a
-        # file the compaction is about to rewrite, so the compaction's commit conflicts
-        DeltaTable(target).delete("id = 0")
-
-    point = "publish.after_target_commit"
     with (
         caplog.at_level(logging.WARNING, "deltasink"),
-        armed(point, concurrent_delete, after=MIN_NUM_FILES - 1),
+        armed("rewrite.before_commit", "raise"),  # the compaction's files are in place
     ):
         for version in range(MIN_NUM_FILES):
             assert sink.write(history(version), version).committed_versions == [version]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "auto compaction of" in warnings[0]
-    assert "CommitFailedError" in warnings[0]
+    assert "FaultInjected" in warnings[0]
     assert "the commit of version 49 is durable" in warnings[0]
     assert (optimize_commits(target), files(target)) == ({}, MIN_NUM_FILES)
     assert support.marker(target, APP) == 49
+    # the compacted file it had put in place is gone again: only the table's own files
+    assert len(list(Path(target).rglob("*.parquet"))) == MIN_NUM_FILES
 
     sink.write(batch([7], "again"), 50)
-    assert list(optimize_commits(target)) == [52]
+    assert list(optimize_commits(target)) == [51]
     assert files(target) == 1
     assert support.marker(target, APP) == 50
+    assert support.ids(target) == sorted(  # key 7 upserted
+        list(range(100)) + [v * 100 + k for v in range(1, 50) for k in range(10)]
+    )
+
+
+def test_a_compaction_whose_files_a_writer_removed_commits_nothing_and_plans_again(
+    target: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = DeltaSink(target, APP, SPEC, table=TableSpec(properties={AUTO_COMPACT: "true"}))
+    lost: list[int] = []
+
+    def concurrent_delete() -> None:
+        # the compaction's files are in place: another writer deletes a row from a file
+        # it rewrites (once), so the compaction must not commit on its snapshot
+        if not lost:
+            lost.append(support.table_version(target) or 0)
+            DeltaTable(target).delete("id = 0")
+
+    with (
+        caplog.at_level(logging.INFO, "deltasink"),
+        armed("rewrite.before_commit", concurrent_delete),
+    ):
+        for version in range(MIN_NUM_FILES):
+            assert sink.write(history(version), version).committed_versions == [version]
+    assert lost == [49]
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m for m in messages if "lost to a concurrent commit" in m]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # planned again on the snapshot after the delete: one compaction, after it
+    assert list(optimize_commits(target)) == [51]
+    assert files(target) == 1
     assert support.ids(target) == sorted(
         list(range(1, 100)) + [v * 100 + k for v in range(1, 50) for k in range(10)]
     )
+    assert len(list(Path(target).rglob("*.parquet"))) == MIN_NUM_FILES + 2  # + delete, compaction
 
 
 def test_the_plan_names_each_due_partition(tmp_path: Path) -> None:
@@ -215,20 +245,54 @@ def test_the_plan_names_each_due_partition(tmp_path: Path) -> None:
     table = DeltaTable(uri)
     due = plan(table, AutoCompact(target_size=MAX_FILE_SIZE, min_num_files=3), since_ms=since)
     assert due is not None
-    assert sorted(due, key=str) == [
-        [("d", "=", ""), ("s", "=", "b")],
-        [("d", "=", 1), ("s", "=", "a")],
-    ]
+    assert sorted(due, key=str) == [(1, "a"), (None, "b")]
     assert (
         plan(table, AutoCompact(target_size=MAX_FILE_SIZE, min_num_files=4), since_ms=since) is None
     )
     smallest = min(pa.table(table.get_add_actions()).column("size_bytes").to_pylist())
     none_small = AutoCompact(target_size=2 * smallest, min_num_files=3)  # small: below half
     assert plan(table, none_small, since_ms=since) is None
-    for filters in due:  # the filters are delta-rs's to use as they are
-        table.optimize.compact(partition_filters=filters)
+    # the partitions are the files' own values: rewriting the files in them compacts them
+    wanted = set(due)
+    done = rewrite(
+        table,
+        [f for f in files_of(table) if f.partition in wanted],
+        uri=uri,
+        storage_options=None,
+        target_size=MAX_FILE_SIZE,
+        metadata={},
+    )
+    assert (done.removed, done.added) == (6, 2)
     parts = pa.table(DeltaTable(uri).get_add_actions()).column("partition").to_pylist()
     assert Counter((p["d"], p["s"]) for p in parts) == {(1, "a"): 1, (None, "b"): 1, (2, "c"): 2}
+
+
+@pytest.mark.parametrize("column", ["string", "int"])
+def test_an_empty_string_partition_is_the_null_partition_and_is_compacted(
+    target: str, column: str
+) -> None:
+    # 60 one-row writes into p = '' (a string column) or p = null (any type), alternating
+    # with files another writer stored under '' in the log (delta-rs keeps "" as given)
+    kind = pa.string() if column == "string" else pa.int32()
+    table = TableSpec(partition_by=["p"], properties={AUTO_COMPACT: "true"})
+    sink = DeltaSink(target, APP, MergeSpec(mode="append"), table=table)
+    empty: Any = "" if column == "string" else None
+    for version in range(60):
+        data = pa.table({"id": pa.array([version], pa.int64()), "p": pa.array([empty], kind)})
+        if column == "string" and version % 2:
+            other = pa.table({"id": pa.array([None], pa.int64()), "p": pa.array([None], kind)})
+            write_deltalake(target, other, mode="append")  # the log holds p = null here
+        sink.write(data, version)
+    compactions = optimize_commits(target)
+    assert len(compactions) >= 1
+    assert files(target) < MIN_NUM_FILES
+    rows = DeltaTable(target).to_pyarrow_table()
+    assert sorted(rows.column("id").drop_null().to_pylist()) == list(range(60))
+    assert rows.num_rows == (90 if column == "string" else 60)
+    assert rows.column("p").null_count == rows.num_rows  # '' reads as null, as before
+    last = max(compactions)
+    added = [a["add"] for a in compactions[last] if "add" in a]
+    assert [a["partitionValues"] for a in added] == [{"p": None}]  # the protocol's null
 
 
 @pytest.mark.parametrize(

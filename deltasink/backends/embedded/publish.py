@@ -179,7 +179,12 @@ class TargetWriter(TargetLog):
         table = self.open(fresh=False) if result.outcome == "committed" else None
         if table is not None:
             compact_after_commit(
-                table, uri=self.uri, app_id=app_id, version=version, since_ms=since
+                table,
+                uri=self.uri,
+                app_id=app_id,
+                version=version,
+                since_ms=since,
+                storage_options=self._options,
             )
         return result
 
