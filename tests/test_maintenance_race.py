@@ -172,6 +172,26 @@ def test_a_merge_after_a_compaction_of_the_files_it_read_is_redone(
     assert support.marker(target, "writer") == 5
 
 
+def test_a_replace_after_a_compaction_of_its_slice_is_redone(target: str) -> None:
+    for k in range(6):  # six small files, days alternating
+        day = "d1" if k % 2 else "d2"
+        write_deltalake(target, pa.table({"id": [k], "day": [day]}), mode="append")
+    sink = DeltaSink(target, "writer", MergeSpec(mode="replace", replace_by=["day"]))
+    done: list[int] = []
+
+    def compaction() -> None:
+        if not done:
+            done.append(1)
+            DeltaSink(target, "operator", SPEC).optimize()
+
+    with armed("publish.before_target_commit", compaction):
+        report = sink.write(pa.table({"id": [10, 11], "day": ["d1", "d1"]}), 0)
+    assert report.committed_versions == [0]
+    found = sorted((r["id"], r["day"]) for r in DeltaTable(target).to_pyarrow_table().to_pylist())
+    assert found == [(0, "d2"), (2, "d2"), (4, "d2"), (10, "d1"), (11, "d1")]
+    assert compactions(target) == [6]
+
+
 def test_optimize_refuses_a_table_whose_files_it_cannot_rewrite_row_for_row(
     target: str,
 ) -> None:

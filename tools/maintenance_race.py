@@ -14,7 +14,8 @@ beside compactions, by scenario (``--scenario``, default: each in turn):
   auto-compact it after their commits, racing each other;
 * ``optimize``: an operator process calls ``sink.optimize()`` in a loop while the two
   writers run (no auto compaction);
-* ``both``: the two together.
+* ``operators``: two such operator processes (two ``optimize()`` loops racing);
+* ``both``: auto compaction and one operator together.
 
 After the writers finish, the target is read with delta-rs and compared with the
 oracle (the last value each app wrote for each of its keys): *duplicated* rows (a key
@@ -53,7 +54,7 @@ import pyarrow as pa
 
 SCRIPT = Path(__file__).resolve()
 APPS = ("a", "b")
-SCENARIOS = ("apps", "optimize", "both")
+SCENARIOS = ("apps", "optimize", "operators", "both")
 _FIELDS: list[pa.Field[Any]] = [pa.field("id", pa.int64()), pa.field("v", pa.string())]
 SCHEMA = pa.schema(_FIELDS)
 
@@ -165,8 +166,38 @@ def _is_compaction(commit: dict[str, Any]) -> bool:
     return commit.get("operation") == "OPTIMIZE" or operation in ("autoCompact", "optimize")
 
 
-def compaction_trial(workdir: Path, scenario: str, seed: int, batches: int) -> Trial:
-    """One trial: two writers (and an operator) on a fresh target, then the check."""
+def _stored_rows(table: Any) -> int:
+    """The table's row count from its files' statistics (nothing read)."""
+    stored = pa.table(table.get_add_actions(flatten=False)).column("num_records")
+    return sum(int(n or 0) for n in stored.to_pylist())
+
+
+def _timed_out(target: str, scenario: str, seed: int, batches: int, seconds: float) -> Trial:
+    """A trial whose writers did not finish in time, or whose table grew beyond reading:
+    rows counted from the log's statistics (duplicates compound: each compaction of
+    duplicated rows copies them again)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(target)
+    rows = _stored_rows(table)
+    keys = len(oracle(seed, batches))
+    return Trial(
+        scenario=scenario,
+        duplicated=max(0, rows - keys),
+        wrong=0,
+        missing=0,
+        compactions=sum(1 for c in table.history() if _is_compaction(c)),
+        writers_failed=len(APPS),
+        seconds=seconds,
+        note=f"{rows:,} rows at Delta version {table.version()} for {keys} keys (not read)",
+    )
+
+
+def compaction_trial(
+    workdir: Path, scenario: str, seed: int, batches: int, timeout: float = 600.0
+) -> Trial:
+    """One trial: two writers (and operators) on a fresh target, then the check; writers
+    not done after ``timeout`` seconds are stopped and the trial counted as failed."""
     from deltalake import DeltaTable
 
     target = str(workdir / "target")
@@ -177,8 +208,24 @@ def compaction_trial(workdir: Path, scenario: str, seed: int, batches: int) -> T
         _child("--writer", target, app, str(seed), str(batches), "1" if auto else "0")
         for app in APPS
     ]
-    operator = _child("--operator", target, stop) if scenario in ("optimize", "both") else None
+    operators = {"optimize": 1, "both": 1, "operators": 2}.get(scenario, 0)
+    loops = [_child("--operator", target, stop) for _ in range(operators)]
     failed, notes = 0, []
+    deadline = started + timeout
+    keys = len(oracle(seed, batches))
+    # Watch the writers: stop a trial that runs too long, or whose table grew far past
+    # its keys (compounding duplicates would soon take every writer's memory).
+    while any(w.poll() is None for w in writers):
+        time.sleep(1.0)
+        try:
+            grown = _stored_rows(DeltaTable(target)) > 4 * keys
+        except Exception:  # not created yet
+            grown = False
+        if grown or time.perf_counter() > deadline:
+            for child in [*writers, *loops]:
+                child.kill()
+                child.communicate()
+            return _timed_out(target, scenario, seed, batches, time.perf_counter() - started)
     for writer in writers:
         _, err = writer.communicate()
         if writer.returncode:
@@ -187,13 +234,15 @@ def compaction_trial(workdir: Path, scenario: str, seed: int, batches: int) -> T
                 err.strip().splitlines()[-1] if err.strip() else f"exit {writer.returncode}"
             )
     Path(stop).touch()
-    if operator is not None:
-        out, err = operator.communicate()
+    for loop in loops:
+        out, err = loop.communicate()
         notes.append(out.strip() or err.strip()[-300:])
     table = DeltaTable(target)
+    expected = oracle(seed, batches)
+    if _stored_rows(table) > 4 * len(expected):  # duplicates compounded: do not load them
+        return _timed_out(target, scenario, seed, batches, time.perf_counter() - started)
     rows = table.to_pyarrow_table().to_pylist()
     counts = Counter(r["id"] for r in rows)
-    expected = oracle(seed, batches)
     found = {r["id"]: r["v"] for r in rows}
     compactions = sum(1 for c in table.history() if _is_compaction(c))
     return Trial(
@@ -216,7 +265,9 @@ def run_compaction(args: argparse.Namespace) -> int:
         scenario = scenarios[i % len(scenarios)]
         workdir = Path(tempfile.mkdtemp(prefix="deltasink-race-"))
         try:
-            trial = compaction_trial(workdir, scenario, args.seed + i, args.batches)
+            trial = compaction_trial(
+                workdir, scenario, args.seed + i, args.batches, args.trial_timeout
+            )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         trials.append(trial)
@@ -316,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     race.add_argument("--seed", type=int, default=1)
     race.add_argument("--batches", type=int, default=100)
     race.add_argument("--scenario", choices=(*SCENARIOS, "all"), default="all")
+    race.add_argument("--trial-timeout", type=float, default=600.0)
     gc = sub.add_parser("gc", help="a writer beside a gc loop")
     gc.add_argument("--runs", type=int, default=20)
     gc.add_argument("--versions", type=int, default=400)

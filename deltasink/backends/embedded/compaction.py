@@ -15,14 +15,19 @@ Delta's (delta-io/delta ``hooks/AutoCompact.scala``, ``AutoCompactUtils.scala`` 
   size such as ``64mb``), else 128 MiB (``autoCompact.maxFileSize``); a file is *small*
   below half of that (``autoCompact.minFileSize``'s default);
 * it runs when a partition the commit wrote files to holds at least 50 small files
-  (``autoCompact.minNumFiles``), and compacts only such partitions.
+  (``autoCompact.minNumFiles``), and rewrites those small files of such partitions.
+  Partition values are compared as the protocol reads them: ``''`` is null, so a slice
+  one writer stored under ``''`` and another under null is one partition.
 
 The decision reads the table state delta-rs already holds after the commit (its add
-actions' sizes and times), not storage. The compaction is a commit of its own (delta-rs
-``optimize.compact``: files removed and added with ``dataChange=false``) without a ``txn``
-action: the markers stay as the data commit left them (a table's ``txn`` state carries
-over every later commit). It never fails the write, whose commit has landed: a failure
-(a concurrent writer, storage) is logged as a warning and the next commit tries again.
+actions' sizes and times), not storage. The compaction is a commit of its own
+(:func:`~.rewrite.rewrite`: files removed and added with ``dataChange=false``) without a
+``txn`` action: the markers stay as the data commit left them (a table's ``txn`` state
+carries over every later commit). It lands only on a snapshot that still holds every
+file it rewrites, so it never commits on files another compaction or writer removed
+first: it then commits nothing and plans again. It never fails the write, whose commit
+has landed: any other failure (storage) is logged as a warning and the next commit
+tries again.
 """
 
 from __future__ import annotations

@@ -155,9 +155,13 @@ def rewrite(
     Raises:
         Lost: Another commit removed one of ``files`` (or changed the table) first.
     """
-    scratch = tempfile.mkdtemp(prefix="deltasink-rewrite-")
-    placed: list[str] = []
     store = _Store(uri, storage_options)
+    # Local tables: the scratch sits in the table's directory (hidden from readers and
+    # VACUUM by its leading dot), so the new files move in by a rename on one filesystem.
+    scratch = tempfile.mkdtemp(
+        prefix=".deltasink-rewrite-", dir=store.root if store.local else None
+    )
+    placed: list[str] = []
     try:
         try:
             adds = _write_scratch(table, files, scratch, store, target_size, z_order_by)
@@ -194,9 +198,19 @@ def _write_scratch(
     schema = arrow_schema(table)
     columns = list(table.metadata().partition_columns)
     config = table.metadata().configuration
+    if store.local:
+        sources = [os.path.join(store.root, unquote(f.path)) for f in files]
+    else:
+        # Fetched first: delta-rs's store cannot be read from inside the writer that
+        # consumes the rows (one async runtime inside another).
+        fetched = os.path.join(scratch, "_sources")
+        os.makedirs(fetched)
+        sources = [
+            store.fetch(unquote(f.path), os.path.join(fetched, str(i))) for i, f in enumerate(files)
+        ]
     write_deltalake(
         scratch,
-        pa.RecordBatchReader.from_batches(schema, _rows(files, schema, columns, store)),
+        pa.RecordBatchReader.from_batches(schema, _rows(files, sources, schema, columns)),
         partition_by=columns or None,
         mode="error",
         configuration={k: config[k] for k in _STATS_PROPERTIES if k in config} or None,
@@ -208,13 +222,14 @@ def _write_scratch(
 
 
 def _rows(
-    files: Sequence[File], schema: pa.Schema, columns: list[str], store: _Store
+    files: Sequence[File], sources: Sequence[str], schema: pa.Schema, columns: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``files`` in ``schema``: each file's columns cast to the table's types
-    (columns a file lacks are null), its partition values as columns."""
+    """The rows of ``files`` (read from the local ``sources``) in ``schema``: each file's
+    columns cast to the table's types (columns a file lacks are null), its partition
+    values as columns."""
     stored = [f for f in schema if f.name not in columns]
-    for file in files:
-        with store.open(unquote(file.path)) as source:
+    for file, path in zip(files, sources, strict=True):
+        with open(path, "rb") as source:
             parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
             names = {n.lower(): n for n in parquet.schema_arrow.names}
             for batch in parquet.iter_batches(batch_size=65_536, use_threads=False):
@@ -331,10 +346,15 @@ class _Store:
             self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.root, self._options))
         return self._fs
 
-    def open(self, path: str) -> Any:
-        if self.local:
-            return open(os.path.join(self.root, path), "rb")
-        return self.fs().open_input_file(path)
+    def fetch(self, path: str, destination: str) -> str:
+        """Copy ``path`` of the (remote) table to the local ``destination``."""
+        pafs.copy_files(
+            path,
+            destination,
+            source_filesystem=self.fs(),
+            destination_filesystem=pafs.LocalFileSystem(),
+        )
+        return destination
 
     def put(self, source: str, path: str) -> None:
         """Move the local file ``source`` to ``path`` in the table."""
@@ -343,8 +363,9 @@ class _Store:
             os.makedirs(os.path.dirname(destination), exist_ok=True)
             shutil.move(source, destination)
             return
-        with open(source, "rb") as data, self.fs().open_output_stream(path) as out:
-            shutil.copyfileobj(data, out, 8 << 20)
+        pafs.copy_files(
+            source, path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs()
+        )
 
     def delete(self, path: str) -> None:
         """Delete ``path`` in the table, if it is there (best effort)."""
