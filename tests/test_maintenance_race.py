@@ -15,6 +15,7 @@ import logging
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -23,6 +24,7 @@ from deltalake import DeltaTable, write_deltalake
 from deltasink import CommitError, DeltaSink, MergeSpec, TableSpec, UnsupportedTableFeatureError
 from deltasink._faults import armed
 from deltasink.backends.embedded import maintenance
+from deltasink.backends.embedded import rewrite as rewrite_module
 from deltasink.ops.history import is_compaction
 from tests import generated, support
 from tools import maintenance_race
@@ -126,6 +128,26 @@ def test_optimize_losing_every_round_is_a_named_error_and_changes_nothing(
     assert support.rows(target) == rows([2, 3, 4], "old").to_pylist()
     assert compactions(target) == []
     assert parquet_on_disk(target) == 5  # four of the five, and no compacted file left
+
+
+def test_a_failure_after_the_compaction_commit_keeps_the_files_it_references(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = five_small_files(target)
+    real = rewrite_module._commit
+
+    def commit_then_fail(*args: Any, **kwargs: Any) -> int:
+        real(*args, **kwargs)
+        raise RuntimeError("a post-commit hook failed")  # e.g. the checkpoint write
+
+    monkeypatch.setattr(rewrite_module, "_commit", commit_then_fail)
+    with pytest.raises(RuntimeError, match="post-commit"):
+        sink.optimize()
+    assert compactions(target) == [5]
+    referenced = DeltaTable(target).file_uris()
+    assert len(referenced) == 1
+    assert all(Path(uri.removeprefix("file://")).exists() for uri in referenced)
+    assert support.rows(target) == rows(list(range(5)), "old").to_pylist()
 
 
 def test_a_compaction_never_brings_back_rows_a_merge_rewrote(target: str) -> None:

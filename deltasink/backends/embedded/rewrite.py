@@ -177,12 +177,25 @@ def rewrite(
         _faults.point("rewrite.before_commit", files=[f.path for f in files])
         version = _commit(table, files, adds, metadata)
     except BaseException:
-        for path in placed:
-            store.delete(path)
+        if placed and not _landed(table, adds):  # a failure after the commit keeps them
+            for path in placed:
+                store.delete(path)
         raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return Rewritten(version=version, removed=len(files), added=len(adds))
+
+
+def _landed(table: DeltaTable, adds: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the latest snapshot references any of the new files (the commit landed,
+    and something after it failed: its post-commit hooks); ``True`` when that cannot be
+    read, so that no file a commit may reference is ever deleted."""
+    try:
+        table.update_incremental()
+        live = {f.path for f in files_of(table)}
+    except Exception:
+        return True
+    return any(a["path"] in live for a in adds)
 
 
 def _write_scratch(
