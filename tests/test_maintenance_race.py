@@ -257,7 +257,7 @@ def test_two_auto_compacting_writers_beside_an_optimize_loop(tmp_path: Path) -> 
     """A real race, in threads: two writers with auto compaction on one target and an
     operator's ``optimize()`` loop; the end state is the oracle's, every key once."""
     seed = generated.SEED
-    batches = generated.count(sample=24, ci=100)
+    batches = generated.count(sample=16, ci=100)
     target = str(tmp_path / "t")
     errors: list[BaseException] = []
     stop = threading.Event()
