@@ -194,6 +194,29 @@ def test_a_merge_after_a_compaction_of_the_files_it_read_is_redone(
     assert support.marker(target, "writer") == 5
 
 
+def test_a_writer_losing_only_to_compactions_does_not_use_up_its_attempts(
+    target: str,
+) -> None:
+    five_small_files(target)
+    sink = DeltaSink(target, "writer", SPEC, max_commit_attempts=2)  # the same writer
+    operator = DeltaSink(target, "operator", SPEC)
+    rounds: list[int] = []
+
+    def compaction() -> None:  # before each of the first five attempts: a Z-ORDER
+        if len(rounds) < 5:  # (it rewrites even one file): a compaction-only commit
+            rounds.append(1)
+            operator.optimize(z_order_by=["v"])
+
+    with armed("publish.before_target_commit", compaction):
+        report = sink.write(rows([1, 3, 9], "new"), 5)
+    assert report.committed_versions == [5]
+    assert len(rounds) == 5  # five attempts lost, more than max_commit_attempts
+    expected = {k: f"old{k}" for k in range(5)} | {1: "new1", 3: "new3", 9: "new9"}
+    assert support.rows(target) == [{"id": k, "v": v} for k, v in sorted(expected.items())]
+    assert compactions(target) == [5, 6, 7, 8, 9]
+    assert support.marker(target, "writer") == 5
+
+
 def test_a_replace_after_a_compaction_of_its_slice_is_redone(target: str) -> None:
     for k in range(6):  # six small files, days alternating
         day = "d1" if k % 2 else "d2"
