@@ -130,6 +130,21 @@ def test_optimize_losing_every_round_is_a_named_error_and_changes_nothing(
     assert parquet_on_disk(target) == 5  # four of the five, and no compacted file left
 
 
+def test_a_compaction_whose_files_were_vacuumed_meanwhile_is_lost(target: str) -> None:
+    five_small_files(target)
+    planned = DeltaTable(target)  # the snapshot a compaction plans on
+    files = rewrite_module.files_of(planned)
+    DeltaTable(target).optimize.compact()  # another tool's, then its VACUUM
+    DeltaTable(target).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(rewrite_module.Lost):
+        rewrite_module.rewrite(
+            planned, files, uri=target, storage_options=None, target_size=1 << 27, metadata={}
+        )
+    assert support.rows(target) == rows(list(range(5)), "old").to_pylist()
+    assert parquet_on_disk(target) == 1
+    assert [p.name for p in Path(target).iterdir() if p.name.startswith(".")] == []
+
+
 def test_a_failure_after_the_compaction_commit_keeps_the_files_it_references(
     target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

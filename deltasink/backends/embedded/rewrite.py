@@ -165,8 +165,9 @@ def rewrite(
     try:
         try:
             adds = _write_scratch(table, files, scratch, store, target_size, z_order_by)
-        except OSError:
-            # a file it reads is gone: removed by another commit and vacuumed since?
+        except Exception:
+            # A file it reads is gone (removed by another commit and vacuumed since)?
+            # delta-rs reports a failed read of the rows it consumes as its own error.
             table.update_incremental()
             if not {f.path for f in files} <= {f.path for f in files_of(table)}:
                 raise Lost(f"files being compacted were removed, at {table.version()}") from None
