@@ -203,6 +203,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
                 _mark(case["ratio"] <= 1.2),
             ]
         )
+    rows += _new_goal_rows(s)
     if "s3" in s:
         rows.append(
             [
@@ -651,6 +652,7 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
             "the same MERGE with `Transaction(app_id, version)` and a marker check."
         )
         parts.append(render_s3(s["s3"]))
+    parts.extend(_new_sections(s))
     if "grid" in s:
         parts.append("## Cost growth with target size and batch size")
         parts.append(_grid(s["grid"]))
@@ -659,3 +661,63 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
         parts.append("### Growth factors (ratios of medians)")
         parts.append(growth)
     return "\n\n".join(parts) + "\n"
+
+
+#: Sections rendered by their benchmark's own module: key -> (heading, module).
+_OWN_SECTIONS = {
+    "fanin": "## Fan-in: many writers into one target",
+    "telemetry": "## Telemetry: what recording every commit costs",
+}
+
+
+def _own(key: str) -> Any:
+    from bench import fanin, telemetry_cost
+
+    return {"fanin": fanin, "telemetry": telemetry_cost}[key]
+
+
+def _new_goal_rows(sections: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for key in _OWN_SECTIONS:
+        if key in sections:
+            rows += _own(key).goal_rows(sections[key])
+    return rows
+
+
+def _new_sections(sections: dict[str, Any]) -> list[str]:
+    parts: list[str] = []
+    for key, heading in _OWN_SECTIONS.items():
+        if key in sections:
+            parts += [heading, _own(key).render(sections[key])]
+    return parts
+
+
+def splice(report: str, results: dict[str, Any], *, command: str) -> str:
+    """``report`` (a full run's) with the sections and goal rows of ``results``'s parts
+    (fan-in, telemetry) replaced or added, and a line saying which command made them."""
+    sections = results["sections"]
+    keys = [k for k in _OWN_SECTIONS if k in sections]
+    headings = {_OWN_SECTIONS[k] for k in keys}
+    kept: list[str] = []
+    skip = False
+    for block in report.rstrip("\n").split("\n\n"):
+        if block.startswith("## "):
+            skip = block.split("\n")[0] in headings
+        if not skip and not (block.startswith("Sections ") and "--splice" in block):
+            kept.append(block)
+    mine = tuple(f"| {_OWN_SECTIONS[k][3:].split(':')[0]}" for k in keys)
+    lines = [line for line in "\n\n".join(kept).split("\n") if not line.startswith(mine)]
+    goals = lines.index("## Goals")
+    end = next(i for i in range(goals + 1, len(lines)) if lines[i].startswith("|"))
+    while end + 1 < len(lines) and lines[end + 1].startswith("|"):
+        end += 1
+    lines[end + 1 : end + 1] = ["| " + " | ".join(r) + " |" for r in _new_goal_rows(sections)]
+    note = (
+        f"This section (and its goal rows): `{command}` ({results['machine']['date']}, load "
+        f"{results['machine']['loadavg']} at start, {results['config'].get('loadavg_end', '?')}"
+        " at end); the other sections are the last full run's."
+    )
+    parts = _new_sections(sections)
+    for i in range(0, len(parts), 2):  # heading, body: the note between them
+        parts[i] += "\n\n" + note
+    return "\n".join(lines) + "\n\n" + "\n\n".join(parts) + "\n"

@@ -21,15 +21,24 @@ from typing import Any
 
 from bench.common import FULL, OUT_DIR, QUICK, REPO_DIR, Config, Results, log, machine_info, remove
 from bench.plot import plot
-from bench.report import render
+from bench.report import render, splice
 
 __all__ = ["main"]
 
-PARTS = ("p1", "grid", "p2", "p3", "p4", "p5", "p7")
+PARTS = ("p1", "grid", "p2", "p3", "p4", "p5", "p7", "fanin", "telemetry")
 
 
 def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any]:
-    from bench import p1_overhead, p2_coalesce, p3_spark, p4_planning, p5_memory, p7_floor
+    from bench import (
+        fanin,
+        p1_overhead,
+        p2_coalesce,
+        p3_spark,
+        p4_planning,
+        p5_memory,
+        p7_floor,
+        telemetry_cost,
+    )
 
     out: dict[str, Any] = {}
     steps: list[tuple[str, Callable[[], Any]]] = [
@@ -38,6 +47,8 @@ def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any
         ("p2", lambda: p2_coalesce.run(config)),
         ("p3", lambda: p3_spark.run(config)),
         ("p5", lambda: p5_memory.run(config)),
+        ("telemetry", lambda: telemetry_cost.run(config)),
+        ("fanin", lambda: fanin.run(config)),
         ("grid", lambda: p1_overhead.run_grid(config, out.get("p1", {}))),
         # last: the first full run builds (or waits for) the 10,000-batch history
         ("p4", lambda: p4_planning.run(config, rebuild=rebuild)),
@@ -52,7 +63,7 @@ def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any
 
 
 def _paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
-    suffix = "-quick" if args.quick else ""
+    suffix = "-quick" if args.quick else "-splice" if args.splice else ""
     results = OUT_DIR / f"results{suffix}.json"
     if args.report:
         report = Path(args.report)
@@ -78,6 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--report-only", action="store_true", help="re-render the report from saved results"
+    )
+    parser.add_argument(
+        "--splice",
+        action="store_true",
+        help="with --only: run those parts and replace only their sections (and goal "
+        "rows) in the existing report, keeping the rest as the last full run left it",
     )
     args = parser.parse_args(argv)
     results_path, report_path, plot_path = _paths(args)
@@ -117,6 +134,10 @@ def main(argv: list[str] | None = None) -> None:
         data["sections"]["s3"] = json.loads(s3.read_text())
     argv_text = shlex.join(data["config"]["argv"])
     command = "make bench" + (f" BENCH_ARGS='{argv_text}'" if argv_text else "")
+    if args.splice:
+        report_path.write_text(splice(report_path.read_text(), data, command=command))
+        log(f"report: {report_path} (sections {sorted(data['sections'])} replaced)")
+        return
     plot(data, plot_path)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(render(data, command=command, plot_name=plot_path.name))

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 from deltasink.core.protocol import CommitReport
 
 if TYPE_CHECKING:
-    from deltasink.sink import DeltaSink
+    # The operator side of DeltaSink (its base class): what a hook may read and run.
+    # Not deltasink.sink, which imports this module.
+    from deltasink.sink_ops import SinkOperations
 
 __all__ = ["PostCommit", "PostCommitHook", "gc_every", "optimize_every", "run_hooks"]
 
@@ -38,11 +40,13 @@ class PostCommit:
 
     Attributes:
         report: The report of the call that committed.
-        sink: The sink (for its target, app id, status, ...).
+        sink: The sink (a :class:`~deltasink.sink.DeltaSink`), typed by its operator
+            side: its target, app id, ``status()``, ``history()``, ``gc()``,
+            ``optimize()``.
     """
 
     report: CommitReport
-    sink: DeltaSink
+    sink: SinkOperations
 
 
 PostCommitHook = Callable[[PostCommit], None]

@@ -12,11 +12,12 @@ from deltasink.core.committables import CommitReport
 from deltasink.errors import ConfigurationError
 from deltasink.failures import named_storage_errors
 from deltasink.inputs import Batch
+from deltasink.observe import observed
 from deltasink.ops.checkpoint import ResumePoint, resume_point, stream_origin
 from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import BatchOrigin, batch_files, check_resume_start, encode, resolve
 
-__all__ = ["StreamOrigins", "StreamWriting"]
+__all__ = ["StreamOrigins", "StreamWriting", "no_foreach_batch_on_the_embedded_session"]
 
 
 class StreamOrigins:
@@ -143,6 +144,7 @@ class StreamWriting:
     ) -> CommitReport:
         raise NotImplementedError
 
+    @observed("foreach_batch")
     @named_storage_errors
     def foreach_batch(
         self,
@@ -216,3 +218,18 @@ class StreamWriting:
         report = self._write(df, batch_id, replays_last_only=True, version_of=version_of)
         self._origins.written(report.committed_version, chosen)
         return report
+
+
+def no_foreach_batch_on_the_embedded_session(target: str, app_id: str) -> ConfigurationError:
+    """The refusal of a ``foreachBatch`` writer on the embedded session (here, not in
+    :mod:`deltasink.streaming`, which imports the sink that raises it too)."""
+    return ConfigurationError(
+        "the embedded session (embedded_spark(), Sail) has no foreachBatch, so a streaming "
+        "query cannot call this writer. Run the query on a classic Spark session "
+        "(SparkSession.builder.master('local[*]').getOrCreate(), which needs Java 17; "
+        "deltasink then commits with delta-rs, or with Spark where delta-spark is "
+        "configured), on Databricks, or on a Spark Connect server of Spark itself. On the "
+        "embedded session, write each batch with DeltaSink.write(df, version) instead.",
+        table=target,
+        app_id=app_id,
+    )

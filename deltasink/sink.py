@@ -23,6 +23,7 @@ from deltasink.failures import named_storage_errors
 from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
 from deltasink.inputs import Batch
 from deltasink.locations import default_staging
+from deltasink.observe import observed
 from deltasink.ops.origin import BatchOrigin, encode
 from deltasink.ops.status import SinkStatus
 from deltasink.resuming import StreamOrigins, StreamWriting
@@ -227,7 +228,7 @@ class DeltaSink(StreamWriting, SinkOperations):
         from deltasink.backends import active_session, embedded_session
 
         if embedded_session(self._spark if self._spark is not None else active_session()):
-            from deltasink.streaming import no_foreach_batch_on_the_embedded_session
+            from deltasink.resuming import no_foreach_batch_on_the_embedded_session
 
             raise no_foreach_batch_on_the_embedded_session(self.target, self.app_id)
         raise ConfigurationError(
@@ -244,6 +245,7 @@ class DeltaSink(StreamWriting, SinkOperations):
             f"DeltaSink(target={self.target!r}, app_id={self.app_id!r}, staging={self.staging!r})"
         )
 
+    @observed("pre_commit")
     @named_storage_errors
     def pre_commit(self, df: Batch, version: int) -> Committable:
         """Phase one: durably stage ``df`` as ``version``.
@@ -264,6 +266,7 @@ class DeltaSink(StreamWriting, SinkOperations):
         """
         return self._core.pre_commit(df, version)
 
+    @observed("commit")
     @named_storage_errors
     def commit(self, version: int, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: commit every staged version ≤ ``version``, in ascending order.
@@ -286,6 +289,7 @@ class DeltaSink(StreamWriting, SinkOperations):
         """
         return self._after(self._core.commit(version, progress=progress))
 
+    @observed("write")
     @named_storage_errors
     def write(self, df: Batch, version: int, *, position: Any = None) -> CommitReport:
         """Both phases for one batch, for a caller that acknowledges its source only
@@ -374,6 +378,7 @@ class DeltaSink(StreamWriting, SinkOperations):
         """
         return self._core.abort(version)
 
+    @observed("recover")
     @named_storage_errors
     def recover(self, *, progress: Progress | None = None) -> CommitReport:
         """Commit every staged, uncommitted version, in order (run at start-up).

@@ -4,6 +4,7 @@ run through the engine's ports."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from deltasink.core.protocol import TwoPhaseCommit
 from deltasink.errors import ConfigurationError
 from deltasink.failures import named_storage_errors
 from deltasink.input.arrow import spark_frame
+from deltasink.observe import record_pending
 from deltasink.ops.checkpoint import ResumePoint
 from deltasink.ops.history import HistoryEntry, ledger_table
 from deltasink.ops.status import SinkStatus
@@ -75,6 +77,9 @@ class SinkOperations:
                 (:attr:`SinkStatus.origin`; one read of the target's recent history).
         """
         state = self._core.state()
+        pending = state.pending
+        lag = time.time() - pending[0].staged_at.timestamp() if pending else None
+        record_pending(self.app_id, len(pending), lag)
         return SinkStatus(
             target=self.target,
             staging=self.staging,

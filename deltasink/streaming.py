@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from deltasink.backends import active_session, connect_session, embedded_session
 from deltasink.core.committables import CommitReport
 from deltasink.errors import ConfigurationError
+from deltasink.resuming import no_foreach_batch_on_the_embedded_session
 from deltasink.shapes.spec import MergeSpec
 from deltasink.sink import DeltaSink
 
@@ -189,20 +190,6 @@ def foreach_batch_writer(
     if driver is not None and connect_session(driver):
         writer._require_identity(driver)
     return writer
-
-
-def no_foreach_batch_on_the_embedded_session(target: str, app_id: str) -> ConfigurationError:
-    """The refusal of a ``foreachBatch`` writer on the embedded session."""
-    return ConfigurationError(
-        "the embedded session (embedded_spark(), Sail) has no foreachBatch, so a streaming "
-        "query cannot call this writer. Run the query on a classic Spark session "
-        "(SparkSession.builder.master('local[*]').getOrCreate(), which needs Java 17; "
-        "deltasink then commits with delta-rs, or with Spark where delta-spark is "
-        "configured), on Databricks, or on a Spark Connect server of Spark itself. On the "
-        "embedded session, write each batch with DeltaSink.write(df, version) instead.",
-        table=target,
-        app_id=app_id,
-    )
 
 
 def no_query_identity(target: str, app_id: str) -> ConfigurationError:

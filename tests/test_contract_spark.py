@@ -68,6 +68,7 @@ CHILD_MODULES = (
     "tests/test_contract_spark.py",
     "tests/test_stream_reset_jvm.py",
     "tests/test_docs_jvm.py",
+    "tests/test_telemetry_jvm.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").
@@ -382,7 +383,9 @@ def test_staging_and_target_commits_carry_txn_and_user_metadata(
     (mark,) = support.txn_commits(s.staging, "app#committed")[1]
     assert actions(s.staging, "add")[mark] == []
     assert support.txn_commits(target, "app") == {0: [0], 1: [1]}
-    assert support.commit_info(target, 1)["userMetadata"] == "deltasink commit app=app version=1"
+    text, _, cost = support.commit_info(target, 1)["userMetadata"].partition(" deltasink=")
+    assert text == "deltasink commit app=app version=1"
+    assert json.loads(cost)["versions"] == [1]  # what the commit cost, after the prefix
     assert support.commit_info(target, 1)["operation"] == "MERGE"
     assert support.rows(target) == [
         {"id": 1, "value": "v1"},
@@ -642,7 +645,9 @@ def test_stream_origins_on_delta_spark(delta_spark: Any, target: str, tmp_path: 
     old.offsets(0, {"t": {"0": 1}})
     sink(target, delta_spark).foreach_batch(df(delta_spark, 1), 0, checkpoint=old.root)
     info = support.commit_info(target, max(support.txn_commits(target, "app")[0]))
-    assert info["userMetadata"].startswith("deltasink commit app=app version=0 origin={")
+    text = info["userMetadata"]
+    assert text.startswith("deltasink commit app=app version=0 deltasink={")
+    assert ' origin={"' in text  # the origin last, after what the commit cost
     old.offsets(1, {"t": {"0": 2}})
     with armed("publish.before_target_commit"), pytest.raises(CommitError):
         sink(target, delta_spark).foreach_batch(df(delta_spark, 2), 1, checkpoint=old.root)

@@ -26,6 +26,9 @@ block of docs/runbook.md: its commands run in tests/test_runbook.py). The kinds:
   against databricks.yml.
 * ``maven``: needs Maven Central (``--packages``); Python is compiled, the Delta
   version checked against the tested one.
+* ``otel``: the Prometheus set-up of docs/deploy.md, "Metrics and traces": its Python
+  runs in a process of its own and is scraped, its YAML parsed
+  (tests/test_telemetry.py).
 * ``text``: nothing to run.
 """
 
@@ -80,6 +83,7 @@ KINDS = {
     "record",
     "databricks",
     "maven",
+    "otel",
     "text",
 }
 #: The shell blocks, by situation: the test that runs them.

@@ -192,7 +192,10 @@ def test_target_commit_carries_txn_and_metadata(target: str) -> None:
     assert commits == {3: [0], 4: [1]}
     info = support.commit_info(target, 1)
     assert info["operation"] == "MERGE"
-    assert info["userMetadata"] == "deltasink commit app=orders version=4"
+    text, _, cost = info["userMetadata"].partition(" deltasink=")
+    assert text == "deltasink commit app=orders version=4"
+    assert json.loads(cost) == info["deltasink"]  # what the commit cost, shown by Spark too
+    assert info["deltasink"]["versions"] == [4]
     assert info["deltasink.batchVersion"] == 4
     assert info["deltasink.libraryVersion"] == __version__
     assert info["deltasink.staging"] == sink.staging

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 from deltasink import _faults
+from deltasink.core.committables import CommitMarks, LostMarker
+from deltasink.core.guards import MarkGuard
 from deltasink.core.protocol import (
     MAX_VERSION,
     CommitReport,
@@ -36,6 +38,7 @@ from deltasink.errors import (
     DeltaSinkError,
     InvalidInputError,
     InvalidVersionError,
+    MarkerLostError,
 )
 from tests.fakes import (
     DirectInMemoryParticipant,
@@ -1107,3 +1110,65 @@ def test_invalid_input_to_write_is_refused_before_anything_is_written() -> None:
     with pytest.raises(InvalidInputError):
         direct_core(p).write([{"id": None}], 0)
     assert (p.marker, p.target, p.staged, p.direct_calls) == (None, {}, {}, [])
+
+
+# -- the replay decision is the core's ---------------------------------------------------
+
+
+class MarkedParticipant(InMemoryParticipant):
+    """A participant that, like the real engines, keeps a committed mark beside the
+    target's marker and hands both to the core as plain values (``CommitMarks``)."""
+
+    def __init__(self, store: MemoryStore, *, mark: int, intent: int | None) -> None:
+        super().__init__(store)
+        self.mark, self.intent = mark, intent
+
+    def read_state(self) -> LogState:
+        staged = super().read_state().staged
+        marks = CommitMarks(self.store.marker, self.mark, self.intent, table="/lake/t")
+        return LogState.read(marks, staged)
+
+
+def test_the_core_decides_the_committed_version_and_refuses_a_lost_marker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The engine reads marker 1 and mark 3 (the target lost its markers) with an intent
+    of 4: the core trusts 3, warns once, and refuses to publish 4 (it may be in the
+    target already) without calling the participant; 5 above the intent is published
+    after 4 is aborted."""
+    caplog.set_level(logging.WARNING, logger="deltasink")
+    store = MemoryStore(marker=1)
+    participant = MarkedParticipant(store, mark=3, intent=4)
+    core = TwoPhaseCommit(participant, APP)
+    for version in (2, 3, 4):
+        store.staged[version] = ([{"id": version}], datetime.now(timezone.utc))
+    assert core.state().committed_version == 3
+    assert [s.version for s in core.state().pending] == [4]
+    with pytest.raises(CommitError) as info:
+        core.commit(4)
+    assert isinstance(info.value.__cause__, MarkerLostError)
+    assert info.value.__cause__.table == "/lake/t"
+    assert participant.publish_calls == []
+    assert store.marker == 1
+    assert len([m for m in warnings_of(caplog) if "records version 1" in m]) == 1
+    assert core.abort(4)
+    core.write([{"id": 5}], 5)
+    assert store.marker == 5
+    assert participant.publish_calls == [5]
+
+
+def test_a_marker_read_from_history_is_overruled_silently(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``exact=False`` (the spark engine reading the marker from a history that log
+    retention truncates): the higher mark wins without a warning, and without an intent
+    nothing is refused."""
+    caplog.set_level(logging.WARNING, logger="deltasink")
+    marks = CommitMarks(None, 7, table="t", exact=False)
+    state = LogState.read(marks)
+    assert (state.committed_version, state.lost) == (7, None)
+    assert MarkGuard(APP).observe(state) is state
+    assert warnings_of(caplog) == []
+    assert LogState.read(CommitMarks(9, 7)).committed_version == 9
+    assert LogState.read(CommitMarks(None, 7, 8)).lost == LostMarker(None, 7, 8)
+    assert LogState.read(CommitMarks(5, 7, 8)) == LogState(7, (), {}, LostMarker(5, 7, 8))

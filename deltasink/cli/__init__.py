@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from deltasink.cli.app import (
     EXIT_COMMIT,
@@ -48,6 +56,7 @@ from deltasink.cli.app import (
 )
 from deltasink.cli.history import history, offsets
 from deltasink.cli.output import pending_table, report_dict, status_table
+from deltasink.core.committables import CommitResult, StagedVersion
 from deltasink.errors import ConfigurationError
 from deltasink.ops.status import writers_of
 
@@ -155,25 +164,48 @@ def recover(
                 err.print("declined: nothing done")
                 raise typer.Exit(EXIT_REFUSED)
         pending = sink.status().pending_versions
-        if as_json or not pending:
+        if as_json or not pending or not err.is_terminal:
             report = sink.recover()
         else:
             with Progress(
-                TextColumn("recovering"),
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=err,
                 transient=True,
             ) as bar:
-                task = bar.add_task("versions", total=len(pending))
-                report = sink.recover(progress=lambda r: bar.advance(task, len(r.all_versions)))
+                report = sink.recover(progress=RecoverProgress(bar, len(pending)))
     if as_json:
         out.print_json(json.dumps(report_dict(report)))
     else:
         print_report(report, "recover")
     if report.quarantined_versions:
         raise typer.Exit(EXIT_QUARANTINED)
+
+
+class RecoverProgress:
+    """``recover``'s progress on a terminal: versions committed out of those pending,
+    and, while a target commit runs (a long coalesced one too), which versions and how
+    many staged rows it applies."""
+
+    def __init__(self, bar: Progress, total: int) -> None:
+        self.bar = bar
+        self.task = bar.add_task("recovering", total=total)
+
+    def starting(self, staged: Sequence[StagedVersion]) -> None:
+        rows = sum(s.rows for s in staged)
+        what = (
+            f"version {staged[0].version}"
+            if len(staged) == 1
+            else f"versions {staged[0].version}..{staged[-1].version} in one commit"
+        )
+        self.bar.update(self.task, description=f"committing {what} ({rows:,} rows)")
+
+    def __call__(self, result: CommitResult) -> None:
+        self.bar.update(self.task, description="recovering")
+        self.bar.advance(self.task, len(result.all_versions))
 
 
 def abort(

@@ -4,7 +4,8 @@ which versions, and where a stream resumes."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -34,7 +35,9 @@ def history(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List a writer's commits to the target (version → target Delta version)."""
+    """List a writer's commits to the target (version → target Delta version), with
+    what each cost: files added and removed, the attempt that landed and the apps whose
+    commits won the attempts it lost."""
     with exit_on_error(as_json):
         entries = known_sink(target, app_id, staging, storage_option).history(limit)
     if as_json:
@@ -49,7 +52,9 @@ def history(
         "ins",
         "upd",
         "del",
+        "files +/-",
         "ms",
+        "att",
         "origin",
     ):
         table.add_column(
@@ -64,11 +69,29 @@ def history(
             e.operation,
             *(
                 "" if n is None else f"{n:,}"
-                for n in (e.rows_inserted, e.rows_updated, e.rows_deleted, e.execution_ms)
+                for n in (e.rows_inserted, e.rows_updated, e.rows_deleted)
             ),
+            _files_text(e.files_added, e.files_removed),
+            "" if e.execution_ms is None else f"{e.execution_ms:,}",
+            _attempt_text(e.attempt, e.telemetry),
             _origin_text(e.origin, short=True),
         )
     out.print(table)
+
+
+def _files_text(added: int | None, removed: int | None) -> str:
+    """``+added/-removed`` files, when recorded."""
+    return "" if added is None and removed is None else f"+{added or 0}/-{removed or 0}"
+
+
+def _attempt_text(attempt: int | None, telemetry: Mapping[str, Any] | None) -> str:
+    """The attempt that landed, and the apps whose commits won the lost ones."""
+    if attempt is None:
+        return ""
+    winners = sorted(
+        {str(c.get("winner_app") or "?") for c in (telemetry or {}).get("conflicts", [])}
+    )
+    return str(attempt) + (f" (lost to {', '.join(winners)})" if winners else "")
 
 
 def _origin_text(origin: BatchOrigin | None, *, short: bool = False) -> str:

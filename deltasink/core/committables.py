@@ -9,14 +9,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from deltasink.core.telemetry import CommitTelemetry
 from deltasink.errors import InvalidVersionError
 
 __all__ = [
     "MAX_VERSION",
+    "CommitMarks",
     "CommitReport",
     "CommitResult",
     "Committable",
     "CommittableState",
+    "Committed",
     "GcResult",
     "LogState",
     "LostMarker",
@@ -25,6 +28,7 @@ __all__ = [
     "Progress",
     "StagedVersion",
     "check_version",
+    "decide_committed",
 ]
 
 #: Largest version accepted: one below the largest Delta ``txnVersion`` (a signed
@@ -84,6 +88,47 @@ class LostMarker(NamedTuple):
     intent: int
 
 
+class CommitMarks(NamedTuple):
+    """What a participant read about its committed version, not yet decided: plain
+    values the core decides on (:meth:`LogState.read`, :func:`decide_committed`)."""
+
+    #: The target's ``txn`` version for the app (``None``: none).
+    marker: int | None
+    #: The committed mark the staging table recorded (``None``: none, or not kept).
+    mark: int | None = None
+    #: The highest publish intent of another process without a recorded outcome
+    #: (``None``: none, or the engine keeps no intents).
+    intent: int | None = None
+    #: The target, for messages.
+    table: str | None = None
+    #: Whether ``marker`` is the target's ``txn`` action itself. ``False``: it was read
+    #: from a history that may be truncated (``DESCRIBE HISTORY``), so a higher ``mark``
+    #: is trusted without a warning.
+    exact: bool = True
+
+
+class Committed(NamedTuple):
+    """The committed version to trust, and the lost marker it was decided over."""
+
+    version: int | None
+    lost: LostMarker | None = None
+
+
+def decide_committed(marker: int | None, mark: int | None, intent: int | None) -> Committed:
+    """The committed version to trust: the higher of the target's ``txn`` ``marker`` and
+    the staging table's committed ``mark``.
+
+    A ``mark`` above the marker also makes staged versions above the mark ambiguous: the
+    clean-up that advances the mark runs *after* a target commit, so such a version may
+    have been committed to the target before it lost its marker. The staging table's
+    publish ``intent`` (recorded before each target commit) bounds them: the result's
+    ``lost`` names them for :func:`deltasink.core.guards.check_publish`. Without an
+    intent record (``None``: an engine that does not keep one) nothing is refused."""
+    if mark is None or (marker is not None and marker >= mark):
+        return Committed(marker)
+    return Committed(mark, None if intent is None else LostMarker(marker, mark, intent))
+
+
 @dataclass(frozen=True)
 class LogState:
     """The durable state of one writer, as derived from the participant's logs.
@@ -95,14 +140,29 @@ class LogState:
         quarantined: Staged versions that failed a pre-commit check, with the reason;
             they and every later version wait until they are aborted or re-staged.
         lost: Set when the committed version was decided over a lost target marker
-            (:func:`deltasink.core.guards.decide_committed`): the versions a publish
-            must then refuse (:func:`deltasink.core.guards.check_publish`).
+            (:func:`decide_committed`): the versions a publish must then refuse
+            (:func:`deltasink.core.guards.check_publish`, called by the core).
+        marks: What the committed version was decided from (:meth:`read`); ``None``
+            for a state made with its committed version given.
     """
 
     committed_version: int | None
     staged: tuple[StagedVersion, ...] = ()
     quarantined: Mapping[int, str] = field(default_factory=dict)
     lost: LostMarker | None = None
+    marks: CommitMarks | None = field(default=None, compare=False)
+
+    @classmethod
+    def read(
+        cls,
+        marks: CommitMarks,
+        staged: tuple[StagedVersion, ...] = (),
+        quarantined: Mapping[int, str] | None = None,
+    ) -> LogState:
+        """The state of what a participant read: its committed version decided by the
+        core from ``marks`` (:func:`decide_committed`), never by the engine."""
+        decided = decide_committed(marks.marker, marks.mark, marks.intent)
+        return cls(decided.version, staged, dict(quarantined or {}), decided.lost, marks)
 
     @property
     def pending(self) -> tuple[StagedVersion, ...]:
@@ -154,6 +214,8 @@ class CommitResult:
         versions: Every version this one target commit applied, ascending, when
             several pending versions were coalesced into it (``version`` is the
             highest); empty for a single version.
+        telemetry: What the commit cost: attempts, conflicts and who won them, time
+            by phase, files and bytes (:class:`~deltasink.core.telemetry.CommitTelemetry`).
     """
 
     version: int
@@ -166,6 +228,7 @@ class CommitResult:
     duration_s: float = 0.0
     message: str | None = None
     versions: tuple[int, ...] = ()
+    telemetry: CommitTelemetry = field(default_factory=CommitTelemetry, compare=False)
 
     @property
     def all_versions(self) -> tuple[int, ...]:
@@ -182,12 +245,17 @@ class CommitReport:
         results: One entry per version handled, in the order handled.
         committed_version: The target's committed version after the call.
         cleaned_versions: Committed versions whose staging data was removed.
+        pending_versions: Versions still staged and not committed after the call.
+        lag_s: Age in seconds of the oldest of them (how far the target is behind
+            what was accepted), ``None`` when nothing is pending.
     """
 
     app_id: str
     results: tuple[CommitResult, ...] = ()
     committed_version: int | None = None
     cleaned_versions: tuple[int, ...] = ()
+    pending_versions: tuple[int, ...] = field(default=(), compare=False)
+    lag_s: float | None = field(default=None, compare=False)
 
     @property
     def committed_versions(self) -> list[int]:
@@ -205,6 +273,9 @@ class CommitReport:
         return [r.version for r in self.results if r.outcome == "quarantined"]
 
 
+#: Called with each :class:`CommitResult` as it happens. An object that also has a
+#: ``starting(staged)`` method is told before each target commit which staged versions
+#: it applies (a long coalesced commit shows what it is doing: ``deltasink recover``).
 Progress = Callable[[CommitResult], None]
 
 CommittableState = Literal["staged", "restaged", "duplicate", "already_committed"]

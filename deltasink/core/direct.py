@@ -11,7 +11,8 @@ See ``SPEC.md``, "Direct publish".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from deltasink import _faults
@@ -22,7 +23,9 @@ from deltasink.core.committables import (
     Prepared,
     StagedVersion,
 )
+from deltasink.core.guards import check_publish
 from deltasink.core.participant import SupportsDirectPublish
+from deltasink.core.telemetry import recording
 from deltasink.errors import CommitError, DeltaSinkError, FencedError, UnverifiableChecksError
 
 __all__ = ["audit_passes", "landed_despite", "publish_directly", "record_mark_softly"]
@@ -48,8 +51,10 @@ def publish_directly(
     *,
     app_id: str,
     clock: Callable[[], float],
+    phases: Mapping[str, float] | None = None,
 ) -> CommitResult:
-    """Publish ``prepared`` straight into the target.
+    """Publish ``prepared`` straight into the target (``phases``: the seconds the call
+    spent validating it, for the commit's telemetry).
 
     Raises:
         FencedError: A newer writer holds the role (nothing staged, nothing written).
@@ -59,7 +64,10 @@ def publish_directly(
     version = prepared.version
     try:
         _faults.point("commit.before_publish", versions=[version])
-        result = participant.publish_prepared(prepared)
+        check_publish(state, version, app_id=app_id)
+        with recording(app_id, [version], phases) as recorder:
+            result = participant.publish_prepared(prepared)
+        result = replace(result, telemetry=recorder.telemetry())
     except FencedError:
         raise
     except Exception as exc:

@@ -1,13 +1,13 @@
 """Checks every backend makes the same way: who owns a staging table, whether the
-MergeSpec may change, and the committed-version guard against lost txn markers."""
+MergeSpec may change, and, called by the core itself, the committed-version guard
+against lost txn markers (:class:`MarkGuard`, :func:`check_publish`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
 
-from deltasink.core.committables import LostMarker, StagedVersion
+from deltasink.core.committables import LogState, StagedVersion
 from deltasink.errors import (
     CommitError,
     ConfigurationError,
@@ -20,13 +20,10 @@ from deltasink.ops.layout import FORMAT, PROP_APP, PROP_FORMAT, PROP_TARGET
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = [
-    "Committed",
     "MarkGuard",
     "check_owner",
     "check_publish",
     "claim_exhausted",
-    "decide_committed",
-    "foreign_intent",
     "refuse_spec_change",
     "spec_for_new_versions",
 ]
@@ -129,53 +126,22 @@ def refuse_spec_change(
     )
 
 
-class Committed(NamedTuple):
-    """The committed version to trust, and the lost marker it was decided over."""
-
-    version: int | None
-    lost: LostMarker | None = None
-
-
-def decide_committed(marker: int | None, mark: int | None, intent: int | None) -> Committed:
-    """The committed version to trust: the higher of the target's ``txn`` ``marker`` and
-    the staging table's committed ``mark``.
-
-    A ``mark`` above the marker also makes staged versions above the mark ambiguous: the
-    clean-up that advances the mark runs *after* a target commit, so such a version may
-    have been committed to the target before it lost its marker. The staging table's
-    publish ``intent`` (recorded before each target commit) bounds them: the result's
-    ``lost`` names them for :func:`check_publish`. Without an intent record (``None``: an
-    engine that does not keep one) nothing is refused."""
-    if mark is None or (marker is not None and marker >= mark):
-        return Committed(marker)
-    return Committed(mark, None if intent is None else LostMarker(marker, mark, intent))
-
-
-def foreign_intent(
-    read: int | None, own: int | None, last_foreign: int | None
-) -> tuple[int | None, int | None]:
-    """The publish intent that can make staged versions ambiguous (for
-    :func:`decide_committed`), and the foreign intent to remember: the one ``read`` from
-    the staging log, unless it is this writer's ``own`` announcement, which makes nothing
-    ambiguous; then the last intent read that was not its own (``last_foreign``) stands."""
-    if read is not None and read == own:
-        return last_foreign, last_foreign
-    return read, read
-
-
-def check_publish(lost: LostMarker | None, version: int, *, app_id: str, target: str) -> None:
-    """Refuse to publish ``version`` when the state read showed the target's marker below
-    the staging mark (``lost``) and ``version`` lies above the mark, at or below the
-    intent.
+def check_publish(state: LogState, version: int, *, app_id: str) -> None:
+    """Refuse to publish ``version`` when ``state`` (the state read before the publish)
+    showed the target's marker below the staging mark (its ``lost``) and ``version``
+    lies above the mark, at or below the intent. The core calls this before every
+    publish (:class:`~deltasink.core.protocol.TwoPhaseCommit`), on both engines.
 
     Raises:
         MarkerLostError: The version may already be in the target.
     """
+    lost = state.lost
     if lost is None:
         return
     marker, mark, intent = lost
     if not mark < version <= intent:
         return
+    target = state.marks.table if state.marks is not None else None
     raise MarkerLostError(
         f"the target {target} holds txn version {marker} for app {app_id!r} "
         f"but its staging table recorded version {mark} as committed: the target was "
@@ -193,34 +159,38 @@ def check_publish(lost: LostMarker | None, version: int, *, app_id: str, target:
 
 
 class MarkGuard:
-    """The committed-version guard of one writer: :func:`decide_committed`, with one
-    warning per new discrepancy between the target's marker and the staging mark."""
+    """The committed-version guard of one writer, in the core: one warning per new
+    discrepancy between the target's marker and the staging mark that won over it."""
 
-    def __init__(self, app_id: str, target: str) -> None:
+    def __init__(self, app_id: str) -> None:
         self.app_id = app_id
-        self.target = target
         self._warned: int | None = None
 
-    def committed(
-        self, marker: int | None, mark: int | None, intent: int | None = None
-    ) -> Committed:
-        """:func:`decide_committed`, warning when the staging ``mark`` wins (once per
-        mark)."""
-        decided = decide_committed(marker, mark, intent)
-        if decided.version != marker and self._warned != mark:
-            logger.warning(
-                "app %r: the target %s records version %s as committed but the staging "
-                "table saw %s committed; the target was rewritten or its txn markers "
-                "expired (delta.setTransactionRetentionDuration). Versions ≤ %s are not "
-                "applied again.",
-                self.app_id,
-                self.target,
-                marker,
-                mark,
-                mark,
-            )
-            self._warned = mark
-        return decided
+    def observe(self, state: LogState) -> LogState:
+        """Warn when ``state``'s committed version is the staging mark, not the target's
+        marker (once per mark); ``state`` unchanged."""
+        marks = state.marks
+        if (
+            marks is None
+            or not marks.exact
+            or marks.mark is None
+            or state.committed_version == marks.marker
+            or self._warned == marks.mark
+        ):
+            return state
+        logger.warning(
+            "app %r: the target %s records version %s as committed but the staging "
+            "table saw %s committed; the target was rewritten or its txn markers "
+            "expired (delta.setTransactionRetentionDuration). Versions ≤ %s are not "
+            "applied again.",
+            self.app_id,
+            marks.table,
+            marks.marker,
+            marks.mark,
+            marks.mark,
+        )
+        self._warned = marks.mark
+        return state
 
 
 def claim_exhausted(staging: str, app_id: str, attempts: int) -> CommitError:

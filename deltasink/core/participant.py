@@ -31,7 +31,15 @@ class Participant(Protocol[B]):
     """
 
     def read_state(self) -> LogState:
-        """Read the committed version and the staged versions from durable storage."""
+        """Read the committed version and the staged versions from durable storage.
+
+        An engine that keeps a committed mark beside the target's ``txn`` marker hands
+        the plain values it read to the core, :meth:`LogState.read
+        <deltasink.core.committables.LogState.read>` with
+        :class:`~deltasink.core.committables.CommitMarks`: the core decides the
+        committed version and, before every publish, whether a lost marker forbids it
+        (:func:`deltasink.core.guards.check_publish`); the engine does neither.
+        """
         ...
 
     def stage(self, batch: B, version: int) -> StagedVersion:

@@ -39,6 +39,7 @@ from deltasink.core.committables import (
     check_version,
 )
 from deltasink.core.direct import audit_passes, publish_directly
+from deltasink.core.guards import MarkGuard
 from deltasink.core.participant import (
     DiscardReason,
     Participant,
@@ -106,10 +107,17 @@ class TwoPhaseCommit(PublishRun[B]):
     coalesce: bool = True
     coalesce_max_rows: int = 2_000_000
     on_stale: Literal["skip", "raise"] = "skip"
+    _marks: MarkGuard = field(init=False, repr=False, compare=False)
+    _phases: dict[int, dict[str, float]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._marks = MarkGuard(self.app_id)
+        self._phases = {}
 
     def state(self) -> LogState:
-        """The writer's durable state (one read of the participant's logs)."""
-        return self.participant.read_state()
+        """The writer's durable state (one read of the participant's logs; the committed
+        version decided here)."""
+        return self._read()
 
     def pre_commit(self, batch: B, version: object) -> Committable:
         """Phase one: durably stage ``batch`` as ``version``.
@@ -126,7 +134,7 @@ class TwoPhaseCommit(PublishRun[B]):
                 ``on_stale="raise"``.
         """
         v = check_version(version)
-        return self._pre_commit(batch, v, self.participant.read_state())
+        return self._pre_commit(batch, v, self._read())
 
     def _pre_commit(
         self,
@@ -161,11 +169,18 @@ class TwoPhaseCommit(PublishRun[B]):
                 version=v,
             )
         participant = self.participant
-        if through and isinstance(participant, SupportsDirectPublish):
-            prepared = replace(participant.prepare(batch, v), through=True, origin=origin)
+        if isinstance(participant, SupportsDirectPublish):
+            start = time.perf_counter()
+            prepared = participant.prepare(batch, v)
+            if through:
+                prepared = replace(prepared, through=True, origin=origin)
+            self._spent(v, "validate", time.perf_counter() - start)
+            start = time.perf_counter()
             staged = participant.stage_prepared(prepared)
         else:
+            start = time.perf_counter()
             staged = participant.stage(batch, v)
+        self._spent(v, "stage", time.perf_counter() - start)
         return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
 
     def _stale(self, version: int, committed: int | None) -> None:
@@ -239,7 +254,7 @@ class TwoPhaseCommit(PublishRun[B]):
         """
         v = check_version(version)
         participant = self.participant
-        state = participant.read_state()
+        state = self._read()
         committed = state.committed_version
         if version_of is not None:
             chosen, origin = version_of(committed)
@@ -258,15 +273,25 @@ class TwoPhaseCommit(PublishRun[B]):
             and not state.staged
             and not state.is_committed(v)
         ):
+            start = time.perf_counter()
             prepared = replace(participant.prepare(batch, v), through=True, origin=origin)
-            if audit_passes(participant, prepared):
+            passes = audit_passes(participant, prepared)
+            self._spent(v, "validate", time.perf_counter() - start)
+            if passes:
                 result = publish_directly(
-                    participant, prepared, state, app_id=self.app_id, clock=self.clock
+                    participant,
+                    prepared,
+                    state,
+                    app_id=self.app_id,
+                    clock=self.clock,
+                    phases=self._phases_of([v]),
                 )
                 if progress is not None:
                     progress(result)
                 return CommitReport(self.app_id, (result,), v, ())
+            start = time.perf_counter()
             participant.stage_prepared(prepared)  # the gate audits again, quarantines
+            self._spent(v, "stage", time.perf_counter() - start)
             return self._run(v, recovering=False, progress=progress)
         self._pre_commit(batch, v, state, through=True, origin=origin)
         return self._run(v, recovering=False, progress=progress)
@@ -298,7 +323,7 @@ class TwoPhaseCommit(PublishRun[B]):
             AlreadyCommittedError: The version is already committed to the target.
         """
         v = check_version(version)
-        state = self.participant.read_state()
+        state = self._read()
         if state.is_committed(v):
             raise AlreadyCommittedError(
                 f"version {v} of app {self.app_id!r} is already committed to the target "
@@ -307,6 +332,7 @@ class TwoPhaseCommit(PublishRun[B]):
                 app_id=self.app_id,
                 version=v,
             )
+        self._phases.pop(v, None)
         if state.find(v) is None:
             return False
         self.participant.discard([v], reason="aborted")

@@ -7,7 +7,8 @@ staging data of committed versions cleaned up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from deltasink import _faults
@@ -20,10 +21,12 @@ from deltasink.core.committables import (
 )
 from deltasink.core.direct import landed_despite
 from deltasink.core.gate import audit_group
+from deltasink.core.guards import MarkGuard, check_publish
 from deltasink.core.participant import (
     Participant,
     SupportsCoalescing,
 )
+from deltasink.core.telemetry import recording
 from deltasink.core.timeouts import Timeouts
 from deltasink.errors import (
     CommitError,
@@ -49,11 +52,34 @@ class PublishRun(Generic[B]):
     clock: Callable[[], float]
     coalesce: bool
     coalesce_max_rows: int
+    _marks: MarkGuard
+    #: Seconds this object spent validating and staging each version not yet published
+    #: (carried into the telemetry of the commit that publishes it).
+    _phases: dict[int, dict[str, float]]
+
+    def _spent(self, version: int, phase: str, seconds: float) -> None:
+        """Record ``seconds`` of ``phase`` (``validate``, ``stage``) spent on ``version``."""
+        spent = self._phases.setdefault(version, {})
+        spent[phase] = spent.get(phase, 0.0) + seconds
+
+    def _phases_of(self, versions: Iterable[int]) -> dict[str, float]:
+        """The validate and stage seconds recorded for ``versions`` (forgotten now)."""
+        total: dict[str, float] = {}
+        for version in versions:
+            for phase, seconds in self._phases.pop(version, {}).items():
+                total[phase] = total.get(phase, 0.0) + seconds
+        return total
+
+    def _read(self) -> LogState:
+        """The participant's state, its committed version decided here (from the plain
+        values it read, :class:`~deltasink.core.committables.CommitMarks`), with a
+        warning when the staging mark overrules a lost target marker."""
+        return self._marks.observe(self.participant.read_state())
 
     def _run(
         self, limit: int | None, *, recovering: bool, progress: Progress | None = None
     ) -> CommitReport:
-        state = self.participant.read_state()
+        state = self._read()
         self.timeouts.warn_if_old(self.app_id, state.pending, self.clock())
         todo = [s for s in state.pending if limit is None or s.version <= limit]
         results: list[CommitResult] = []
@@ -63,16 +89,22 @@ class PublishRun(Generic[B]):
             if progress is not None:
                 progress(result)
 
+        # A progress callable may also be told when a commit starts (``starting``).
+        starting = getattr(progress, "starting", None)
         committed = state.committed_version
         for group in self._groups(todo):
             passing, stopped = audit_group(self.participant, group, state, self.app_id)
             if len(passing) > 1:
-                coalesced = self._try_coalesced(passing)
+                if starting is not None:
+                    starting(passing)
+                coalesced = self._try_coalesced(passing, state)
                 if coalesced is not None:
                     record(coalesced)
                     committed = passing[-1].version
                     passing = []
             for staged in passing:
+                if starting is not None:
+                    starting([staged])
                 result = self._publish_one(staged, recovering, results, committed, state)
                 record(result)
                 if result.outcome != "abandoned":
@@ -81,7 +113,15 @@ class PublishRun(Generic[B]):
                 record(stopped)
                 break
         cleaned = self._clean(state, committed, results)
-        return CommitReport(self.app_id, tuple(results), committed, cleaned)
+        abandoned = {r.version for r in results if r.outcome == "abandoned"}
+        waiting = [
+            s
+            for s in state.pending
+            if (committed is None or s.version > committed) and s.version not in abandoned
+        ]
+        lag = self.clock() - waiting[0].staged_at.timestamp() if waiting else None
+        pending = tuple(s.version for s in waiting)
+        return CommitReport(self.app_id, tuple(results), committed, cleaned, pending, lag)
 
     def _groups(self, todo: Sequence[StagedVersion]) -> list[list[StagedVersion]]:
         """Runs of versions to publish together (singletons unless coalescing)."""
@@ -103,13 +143,19 @@ class PublishRun(Generic[B]):
                 rows = staged.rows
         return groups
 
-    def _try_coalesced(self, group: Sequence[StagedVersion]) -> CommitResult | None:
+    def _try_coalesced(
+        self, group: Sequence[StagedVersion], state: LogState
+    ) -> CommitResult | None:
         """One commit for ``group``; ``None`` (after logging) if it failed, so the
         caller falls back to one version at a time."""
         assert isinstance(self.participant, SupportsCoalescing)
         try:
             _faults.point("commit.before_publish", versions=[s.version for s in group])
-            result = self.participant.publish_many(group)
+            check_publish(state, group[0].version, app_id=self.app_id)
+            versions = [s.version for s in group]
+            with recording(self.app_id, versions, self._phases_of(versions)) as recorder:
+                result = self.participant.publish_many(group)
+            result = replace(result, telemetry=recorder.telemetry())
         except FencedError:
             raise
         except Exception as exc:
@@ -133,11 +179,15 @@ class PublishRun(Generic[B]):
     ) -> CommitResult:
         try:
             _faults.point("commit.before_publish", versions=[staged.version])
-            result = self.participant.publish(staged)
+            check_publish(state, staged.version, app_id=self.app_id)
+            spent = self._phases_of([staged.version])
+            with recording(self.app_id, [staged.version], spent) as recorder:
+                result = self.participant.publish(staged)
+            result = replace(result, telemetry=recorder.telemetry())
         except FencedError:
             raise  # another writer owns the app now: stop, do not retry or abandon
         except Exception as exc:
-            landed = landed_despite(self.participant.read_state, staged, exc, self.app_id)
+            landed = landed_despite(self._read, staged, exc, self.app_id)
             if landed is not None:
                 result = landed
             elif (

@@ -7,11 +7,16 @@ engine can write custom keys (delta-rs), and always a ``userMetadata`` string
 Spark's writers can set), so the ledger can be rebuilt from either. A commit whose
 version came from a stream (or a batch job's own position) records that origin
 (:mod:`deltasink.ops.origin`) as JSON: ``deltasink.origin`` (delta-rs), or after
-`` origin=`` at the end of ``userMetadata`` (Spark).
+`` origin=`` at the end of ``userMetadata`` (Spark). A target commit also records what
+it cost so far (:meth:`deltasink.core.telemetry.Recorder.metadata`: the attempt, the
+conflicts lost and who won them, the seconds by phase) as JSON: the ``deltasink`` key
+(delta-rs), and after `` deltasink=`` in ``userMetadata`` (both engines: the field
+``DESCRIBE HISTORY`` shows), before any origin.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,8 +29,11 @@ from deltasink.ops.origin import ORIGIN_KEY, BatchOrigin, decode, encode
 
 __all__ = [
     "COMPACTIONS",
+    "TELEMETRY_KEY",
     "HistoryEntry",
+    "commit_app",
     "commit_origin",
+    "commit_telemetry",
     "count_since_optimize",
     "history_from_commits",
     "is_compaction",
@@ -37,7 +45,11 @@ __all__ = [
 _USER_METADATA = re.compile(
     r"^deltasink commit app=(?P<app>\S+) version=(?P<version>\d+)(?: versions=(?P<versions>[\d,]+))?"
 )
+_ANY_COMMIT = re.compile(r"^deltasink \S+ app=(?P<app>\S+)")
 _ORIGIN_SUFFIX = " origin="
+_TELEMETRY = " deltasink="
+#: The commit metadata key of a target commit's telemetry (delta-rs).
+TELEMETRY_KEY = "deltasink"
 
 
 def user_metadata(
@@ -46,8 +58,10 @@ def user_metadata(
     version: int | None,
     versions: Iterable[int] = (),
     origin: str | None = None,
+    telemetry: Mapping[str, Any] | None = None,
 ) -> str:
-    """The ``userMetadata`` text of a deltasink commit; ``origin``: the encoded
+    """The ``userMetadata`` text of a deltasink commit; ``telemetry``: what the commit
+    cost so far (compact JSON after `` deltasink=``); ``origin``: the encoded
     :class:`~deltasink.ops.origin.BatchOrigin`, appended last (it is JSON)."""
     text = f"deltasink {operation} app={app_id}"
     if version is not None:
@@ -55,9 +69,45 @@ def user_metadata(
     listed = list(versions)
     if len(listed) > 1:
         text += " versions=" + ",".join(str(v) for v in listed)
+    if telemetry is not None:
+        text += _TELEMETRY + json.dumps(telemetry, separators=(",", ":"))
     if origin is not None:
         text += _ORIGIN_SUFFIX + origin
     return text
+
+
+def _telemetry_text(text: str) -> tuple[dict[str, Any] | None, int]:
+    """The telemetry JSON in a ``userMetadata`` text and where it ends (``0``: none)."""
+    at = text.find(_TELEMETRY)
+    if at < 0:
+        return None, 0
+    try:
+        value, end = json.JSONDecoder().raw_decode(text, at + len(_TELEMETRY))
+    except ValueError:
+        return None, 0
+    return (value if isinstance(value, dict) else None), end
+
+
+def commit_telemetry(commit: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a target commit recorded of its cost (a history record), if anything."""
+    value = commit.get(TELEMETRY_KEY)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if isinstance(value, dict):
+        return value
+    return _telemetry_text(str(commit.get("userMetadata") or ""))[0]
+
+
+def commit_app(commit: Mapping[str, Any]) -> str | None:
+    """The deltasink app id that made a commit (a history record), if one did."""
+    app = commit.get("deltasink.appId")
+    if app is not None:
+        return str(app)
+    match = _ANY_COMMIT.match(str(commit.get("userMetadata") or ""))
+    return None if match is None else match["app"]
 
 
 def commit_origin(commit: Mapping[str, Any]) -> BatchOrigin | None:
@@ -65,7 +115,7 @@ def commit_origin(commit: Mapping[str, Any]) -> BatchOrigin | None:
     if commit.get(ORIGIN_KEY) is not None:
         return decode(commit[ORIGIN_KEY])
     text = str(commit.get("userMetadata") or "")
-    at = text.find(_ORIGIN_SUFFIX)
+    at = text.find(_ORIGIN_SUFFIX, _telemetry_text(text)[1])
     return decode(text[at + len(_ORIGIN_SUFFIX) :]) if at >= 0 else None
 
 
@@ -87,6 +137,12 @@ class HistoryEntry:
         staged_rows: Rows staged for the versions of this commit, when recorded.
         origin: The streaming query, batch and source positions (or a batch job's
             position) the commit recorded, if any (:mod:`deltasink.ops.origin`).
+        files_added: Data files the commit added, when the engine recorded it.
+        files_removed: Data files the commit removed, when recorded.
+        bytes_added: Bytes added, when recorded (Spark's ``operationMetrics``).
+        bytes_removed: Bytes removed, when recorded.
+        telemetry: What the commit recorded of its cost when it was made (its attempt,
+            the conflicts it lost and who won them, seconds by phase), if anything.
     """
 
     version: int
@@ -100,6 +156,22 @@ class HistoryEntry:
     execution_ms: int | None = None
     staged_rows: int | None = None
     origin: BatchOrigin | None = None
+    files_added: int | None = None
+    files_removed: int | None = None
+    bytes_added: int | None = None
+    bytes_removed: int | None = None
+    telemetry: Mapping[str, Any] | None = None
+
+    @property
+    def changes(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """Files added and removed, bytes added and removed (each when recorded)."""
+        return self.files_added, self.files_removed, self.bytes_added, self.bytes_removed
+
+    @property
+    def attempt(self) -> int | None:
+        """The attempt that landed (1: no conflict), when recorded."""
+        value = None if self.telemetry is None else self.telemetry.get("attempt")
+        return None if value is None else int(value)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -115,6 +187,11 @@ class HistoryEntry:
             "execution_ms": self.execution_ms,
             "staged_rows": self.staged_rows,
             "origin": None if self.origin is None else self.origin.to_dict(),
+            "files_added": self.files_added,
+            "files_removed": self.files_removed,
+            "bytes_added": self.bytes_added,
+            "bytes_removed": self.bytes_removed,
+            "telemetry": None if self.telemetry is None else dict(self.telemetry),
         }
 
 
@@ -176,6 +253,24 @@ def history_from_commits(commits: Iterable[Mapping[str, Any]], app_id: str) -> l
                 if commit.get("deltasink.rows") is not None
                 else _int(metrics, "num_source_rows", "numSourceRows"),
                 origin=commit_origin(commit),
+                files_added=_int(
+                    metrics,
+                    "num_target_files_added",
+                    "numTargetFilesAdded",
+                    "num_added_files",
+                    "numFiles",
+                    "numAddedFiles",
+                ),
+                files_removed=_int(
+                    metrics,
+                    "num_target_files_removed",
+                    "numTargetFilesRemoved",
+                    "num_removed_files",
+                    "numRemovedFiles",
+                ),
+                bytes_added=_int(metrics, "numTargetBytesAdded", "numOutputBytes", "numAddedBytes"),
+                bytes_removed=_int(metrics, "numTargetBytesRemoved", "numRemovedBytes"),
+                telemetry=commit_telemetry(commit),
             )
         )
     return entries

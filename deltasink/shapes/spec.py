@@ -11,16 +11,18 @@ from deltasink.errors import ConfigurationError
 from deltasink.shapes.predicates import Dialect, parse_predicate, render
 
 from . import spec_rules as rules
+from .spec_rules import DEFAULT_HISTORY_COLUMNS, NotMatchedBySource
 
-__all__ = ["PREDICATES", "MergeMode", "MergeSpec", "NotMatchedBySource", "PredicateField"]
+__all__ = [
+    "DEFAULT_HISTORY_COLUMNS",
+    "PREDICATES",
+    "MergeMode",
+    "MergeSpec",
+    "NotMatchedBySource",
+    "PredicateField",
+]
 
 MergeMode = Literal["upsert", "insert", "append", "replace", "scd2"]
-#: What an ``upsert`` does to target rows whose key is not in the batch.
-NotMatchedBySource = Literal["ignore", "delete"]
-
-#: ``scd2`` history columns when :attr:`MergeSpec.history_columns` is not given.
-DEFAULT_HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
-
 #: The fields holding SQL predicates the user writes (each parsed as exactly one
 #: boolean expression when the spec is built: :mod:`deltasink.shapes.predicates`).
 PredicateField = Literal[

@@ -3,18 +3,21 @@ beyond its field types: the history columns of ``scd2``, ``target_predicate``, p
 updates, ``when_not_matched_by_source`` and the ``replace`` mode's slice.
 
 Each raises :class:`~deltasink.errors.ConfigurationError` naming the field and the fix.
+The rules read the spec through :class:`SpecFields` (the fields they check), so this
+module does not import :mod:`deltasink.shapes.spec`, which imports it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, get_args
+from collections.abc import Sequence
+from typing import Literal, Protocol, get_args
 
 from deltasink.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from deltasink.shapes.spec import MergeSpec
-
 __all__ = [
+    "DEFAULT_HISTORY_COLUMNS",
+    "NotMatchedBySource",
+    "SpecFields",
     "check_history",
     "check_not_matched_by_source",
     "check_partial_update",
@@ -22,8 +25,41 @@ __all__ = [
     "check_target_predicate",
 ]
 
+#: What an ``upsert`` does to target rows whose key is not in the batch.
+NotMatchedBySource = Literal["ignore", "delete"]
 
-def check_target_predicate(spec: MergeSpec) -> None:
+#: ``scd2`` history columns when ``MergeSpec.history_columns`` is not given.
+DEFAULT_HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
+
+
+class SpecFields(Protocol):
+    """The fields of a :class:`~deltasink.shapes.spec.MergeSpec` the rules read."""
+
+    @property
+    def mode(self) -> str: ...
+    @property
+    def sequence_by(self) -> str | None: ...
+    @property
+    def null_safe_keys(self) -> bool: ...
+    @property
+    def history_columns(self) -> Sequence[str] | None: ...
+    @property
+    def target_predicate(self) -> str | None: ...
+    @property
+    def when_not_matched_by_source(self) -> str: ...
+    @property
+    def not_matched_by_source_condition(self) -> str | None: ...
+    @property
+    def replace_by(self) -> Sequence[str] | None: ...
+    @property
+    def replace_where(self) -> str | None: ...
+    @property
+    def update_columns(self) -> Sequence[str] | None: ...
+    @property
+    def except_columns(self) -> Sequence[str] | None: ...
+
+
+def check_target_predicate(spec: SpecFields) -> None:
     """Validate ``target_predicate``."""
     predicate = spec.target_predicate
     if predicate is None:
@@ -47,10 +83,8 @@ def check_target_predicate(spec: MergeSpec) -> None:
         )
 
 
-def check_history(spec: MergeSpec, keys: tuple[str, ...]) -> None:
+def check_history(spec: SpecFields, keys: tuple[str, ...]) -> None:
     """Validate ``scd2`` and ``history_columns`` (defaulted for ``scd2``)."""
-    from deltasink.shapes.spec import DEFAULT_HISTORY_COLUMNS
-
     if spec.mode != "scd2":
         if spec.history_columns is not None:
             raise ConfigurationError("MergeSpec.history_columns is only valid with mode='scd2'.")
@@ -81,7 +115,7 @@ def check_history(spec: MergeSpec, keys: tuple[str, ...]) -> None:
         )
 
 
-def check_replace(spec: MergeSpec) -> None:
+def check_replace(spec: SpecFields) -> None:
     """Validate ``replace_by`` / ``replace_where``."""
     replacing = spec.replace_by is not None or spec.replace_where is not None
     if spec.mode != "replace":
@@ -111,10 +145,8 @@ def check_replace(spec: MergeSpec) -> None:
         )
 
 
-def check_not_matched_by_source(spec: MergeSpec) -> None:
+def check_not_matched_by_source(spec: SpecFields) -> None:
     """Validate ``when_not_matched_by_source`` and its condition."""
-    from deltasink.shapes.spec import NotMatchedBySource
-
     choice, condition = spec.when_not_matched_by_source, spec.not_matched_by_source_condition
     if choice not in get_args(NotMatchedBySource):
         raise ConfigurationError(
@@ -139,7 +171,7 @@ def check_not_matched_by_source(spec: MergeSpec) -> None:
             )
 
 
-def check_partial_update(spec: MergeSpec, keys: tuple[str, ...]) -> None:
+def check_partial_update(spec: SpecFields, keys: tuple[str, ...]) -> None:
     """Validate ``update_columns`` / ``except_columns``."""
     if spec.update_columns is not None and spec.except_columns is not None:
         raise ConfigurationError(

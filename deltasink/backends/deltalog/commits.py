@@ -13,7 +13,7 @@ from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink._version import __version__
-from deltasink.ops.history import user_metadata
+from deltasink.ops.history import TELEMETRY_KEY, user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 
 from .tables import arrow_schema
@@ -65,9 +65,12 @@ def commit_properties(
 ) -> CommitProperties:
     """Commit properties for a deltasink commit: the ``txn`` marker (when ``version``
     is given), further ``txn`` markers (``markers``: app id to version) and commit
-    metadata naming the library, the app and the batch."""
+    metadata naming the library, the app and the batch. A telemetry record in ``extra``
+    (its ``deltasink`` key) is written into ``userMetadata`` too, where ``DESCRIBE
+    HISTORY`` shows it."""
+    telemetry = (extra or {}).get(TELEMETRY_KEY)
     metadata: dict[str, Any] = {
-        "userMetadata": user_metadata(operation, app_id, version, versions),
+        "userMetadata": user_metadata(operation, app_id, version, versions, telemetry=telemetry),
         "deltasink.operation": operation,
         "deltasink.appId": app_id,
         "deltasink.libraryVersion": __version__,

@@ -3,17 +3,19 @@ latest version, whether it exists, its schema and one writer's ``txn`` marker.""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
 from deltasink.locations import is_local
-from deltasink.ops.history import history_from_commits
+from deltasink.ops.history import commit_app, history_from_commits
 
 from .history import commits
 from .marker import read_marker
-from .tables import arrow_schema, refresh, txn_version
+from .tables import arrow_schema, commit_file, refresh, txn_version
 
 __all__ = ["TargetLog"]
 
@@ -21,6 +23,17 @@ __all__ = ["TargetLog"]
 #: newest first: enough for any writer's last commit unless thousands of commits of
 #: other writers came after it (each commit is one read on an object store).
 HISTORY_LIMIT = 4096
+#: An add or remove action's own ``size`` (a key inside its escaped ``stats`` text reads
+#: ``\"size\"``, a partition value is a quoted string): no JSON parse per commit.
+_SIZE = re.compile(r'"size":(\d+)')
+
+
+def _size(line: str) -> int:
+    found = _SIZE.search(line)
+    if found is not None:
+        return int(found[1])
+    action = json.loads(line)  # another layout: read it properly
+    return int(next(iter(action.values())).get("size") or 0)
 
 
 class TargetLog:
@@ -93,6 +106,36 @@ class TargetLog:
             if entries:
                 return entries[0].version
         return None
+
+    def newest_commit(self) -> tuple[int | None, str | None]:
+        """The target's newest Delta version and the deltasink app id that made it
+        (``None`` where not a deltasink commit): after a lost conflict, who won."""
+        table = self.open()
+        if table is None:
+            return None, None
+        commits = table.history(1)
+        return table.version(), commit_app(commits[0]) if commits else None
+
+    def changes(self, version: int) -> tuple[int, int, int, int] | None:
+        """Files and bytes commit ``version`` added and removed, from its log entry:
+        ``(files added, files removed, bytes added, bytes removed)``. Local tables only
+        (one read of a small file); ``None`` elsewhere (on an object store it would cost
+        a request per commit) or when the entry cannot be read."""
+        if not is_local(self.uri):
+            return None
+        added = removed = bytes_added = bytes_removed = 0
+        try:
+            with open(commit_file(self.uri, version), encoding="utf-8") as log:
+                for line in log:  # one action per line; its own "size" key is unescaped
+                    if line.startswith('{"add"'):
+                        added += 1
+                        bytes_added += _size(line)
+                    elif line.startswith('{"remove"'):
+                        removed += 1
+                        bytes_removed += _size(line)
+        except (OSError, ValueError, TypeError):
+            return None
+        return added, removed, bytes_added, bytes_removed
 
     def schema(self, *, fresh: bool = True) -> pa.Schema | None:
         """The target's Arrow schema, or ``None`` if it does not exist yet."""

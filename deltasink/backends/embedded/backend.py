@@ -18,13 +18,8 @@ import pyarrow as pa
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
 from deltasink.core.coalesce import coalesce
-from deltasink.core.guards import (
-    MarkGuard,
-    check_publish,
-    foreign_intent,
-    refuse_spec_change,
-    spec_for_new_versions,
-)
+from deltasink.core.committables import CommitMarks
+from deltasink.core.guards import refuse_spec_change, spec_for_new_versions
 from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
@@ -34,7 +29,7 @@ from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
 from .cache import StagedCache
-from .claims import Claims
+from .claims import Claims, foreign_intent
 from .fencing import Fence
 from .maintenance import target_history
 from .publish import TargetWriter
@@ -105,7 +100,6 @@ class EmbeddedBackend(SchemaFit, Claims):
         )
         self._epoch: int | None = None
         self._claimed_state = False
-        self._guard = MarkGuard(app_id, target.uri)
         # The batches staged here, kept so that write() publishes the one it just
         # validated, and commit() the ones pre-committed before it, without reading them.
         self._staged = StagedCache()
@@ -155,26 +149,21 @@ class EmbeddedBackend(SchemaFit, Claims):
             # it crashed), and the target's marker does not show it (it did not land, or
             # the marker is lost). The target's history tells: this app's newest commit
             # there is committed, and versions above it did not land. Without history
-            # (a rebuilt target) the versions above the mark stay ambiguous and are
-            # refused by name (check_publish).
+            # (a rebuilt target) the versions above the mark stay ambiguous, and the core
+            # refuses them by name (guards.check_publish).
             if self._settled is None or self._settled[0] != intent:
                 self._settled = (intent, self.target.last_commit_of(self.app_id))
             landed = self._settled[1]
             if landed is not None:
                 mark, intent = max(_order(mark), landed), min(intent, landed)
-        decided = self._guard.committed(marker, mark, intent)
-        self._state = LogState(decided.version, snap.staged, snap.quarantined, lost=decided.lost)
+        marks = CommitMarks(marker, mark, intent, table=self.target.uri)
+        self._state = LogState.read(marks, snap.staged, snap.quarantined)
         return self._state
 
     def _committed(self) -> int | None:
         """The committed version of the state read last (the mark a publish intent
         records)."""
         return None if self._state is None else self._state.committed_version
-
-    def _check_publish(self, version: int) -> None:
-        """:func:`~deltasink.core.guards.check_publish` on the state read last."""
-        lost = None if self._state is None else self._state.lost
-        check_publish(lost, version, app_id=self.app_id, target=self.target.uri)
 
     def stage(self, batch: object, version: int) -> StagedVersion:
         return self.stage_prepared(self.prepare(batch, version))
@@ -232,7 +221,6 @@ class EmbeddedBackend(SchemaFit, Claims):
         cannot tell (:meth:`read_state`)."""
         version = prepared.version
         epoch = self._claim_for(prepared, fresh=False)
-        self._check_publish(version)
         self._announce(version, epoch=epoch, mark=self._committed())
         result = self.target.apply(
             prepared.payload,
@@ -267,7 +255,6 @@ class EmbeddedBackend(SchemaFit, Claims):
         return kept if kept is not None else self.log.read(version)
 
     def publish(self, staged: StagedVersion) -> CommitResult:
-        self._check_publish(staged.version)
         data, spec = self._data(staged.version), self.spec_for_staged()
         # A version staged by an earlier release may not fit: refused by name, with the
         # way out (the publish would refuse it too, without saying how to get past it).
@@ -296,7 +283,6 @@ class EmbeddedBackend(SchemaFit, Claims):
         return self.spec_for_staged().coalescable
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
-        self._check_publish(staged[0].version)
         self._announce(staged[-1].version, mark=self._committed())
         spec = self.spec_for_staged()
         cached = {s.version: t for s in staged if (t := self._staged.get(s.version)) is not None}

@@ -18,9 +18,22 @@ from .cache import StagedCache
 from .fencing import Fence
 from .stage import StagingWriter
 
-__all__ = ["Claims"]
+__all__ = ["Claims", "foreign_intent"]
 
 logger = logging.getLogger("deltasink")
+
+
+def foreign_intent(
+    read: int | None, own: int | None, last_foreign: int | None
+) -> tuple[int | None, int | None]:
+    """The publish intent that can make staged versions ambiguous (the ``intent`` of
+    :class:`~deltasink.core.committables.CommitMarks`), and the foreign intent to
+    remember: the one ``read`` from the staging log, unless it is this writer's ``own``
+    announcement, which makes nothing ambiguous; then the last intent read that was not
+    its own (``last_foreign``) stands."""
+    if read is not None and read == own:
+        return last_foreign, last_foreign
+    return read, read
 
 
 class Claims:

@@ -20,10 +20,11 @@ from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_
 from deltasink.backends.deltalog.history import commits
 from deltasink.backends.deltalog.tables import arrow_schema, txn_version
 from deltasink.backends.deltalog.target import TargetLog
+from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
-from deltasink.ops.history import is_compaction
+from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
 from deltasink.shapes.schema import align_to_target
@@ -162,11 +163,14 @@ class TargetWriter(TargetLog):
             CommitError: Conflicts persisted after ``max_attempts`` attempts.
         """
         extra = dict(metadata)
+        recorder = telemetry.current()
 
         def once() -> CommitResult:
             for free in range(_COMPACTION_RETRIES, -1, -1):
                 if before_attempt is not None:
                     before_attempt()
+                if recorder is not None:
+                    extra[TELEMETRY_KEY] = recorder.metadata()
                 self._attempt_base = None
                 try:
                     result = self._apply_once(data, spec, app_id, version, extra, versions)
@@ -193,7 +197,13 @@ class TargetWriter(TargetLog):
                 version=version,
             ),
             what=f"the commit of version {version} into {self.uri}",
+            recorder=recorder,
+            winner=self.newest_commit,
         )
+        if recorder is not None and result.target_version is not None:
+            changes = self.changes(result.target_version)
+            if changes is not None:
+                recorder.changed(*changes)
         table = self.open(fresh=False) if result.outcome == "committed" else None
         if table is not None:
             compact_after_commit(

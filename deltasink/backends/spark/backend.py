@@ -255,7 +255,6 @@ class SparkBackend(SchemaFit):
         frame: PreparedFrame = prepared.payload
         version = prepared.version
         self._claim_for(frame)
-        self._logs.check_publish(version)
         result = self._target_writer.apply_frame(
             version, frame, self.spec_for_new_versions(), prepared.rows, origin=prepared.origin
         )
@@ -274,7 +273,6 @@ class SparkBackend(SchemaFit):
         ``txn(app_id, version)``; a no-op returning ``already_committed`` when the
         target's marker covers it (checked here, and by Delta itself in the commit)."""
         self._fence.fence()
-        self._logs.check_publish(staged.version)
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
         self._check_fits([staged.version])
@@ -303,7 +301,6 @@ class SparkBackend(SchemaFit):
                 marker moved inside the run; the caller then goes one by one.
         """
         self._fence.fence()
-        self._logs.check_publish(staged[0].version)
         spec = self.spec_for_staged()
         versions = [s.version for s in staged]
         columns = {self._logs.columns(v) for v in versions}

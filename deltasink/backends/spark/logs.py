@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from deltasink.backends.deltalog.staging import StagingLog
-from deltasink.core.committables import LostMarker
-from deltasink.core.guards import MarkGuard, check_publish
+from deltasink.core.committables import CommitMarks
 from deltasink.core.protocol import LogState, StagedVersion
 from deltasink.errors import ConfigurationError
 from deltasink.input.sql import DELETE_COLUMN
 from deltasink.locations import is_local
+from deltasink.ops.history import commit_app
 from deltasink.ops.layout import PROP_SPEC, VERSION_COLUMN, Quarantine
 from deltasink.shapes.spec import MergeSpec
 
@@ -81,19 +81,11 @@ class SparkLogs:
         )
         self.reader: Literal["delta-rs", "spark"] = self._source.name
         self.ledger = StagingLedger(tables.app_id)
-        self._guard = MarkGuard(tables.app_id, tables.target)
-        # The lost marker the last settled state was decided over (see check_publish).
-        self._lost: LostMarker | None = None
 
     @property
     def delta_rs_staging(self) -> StagingLog | None:
         """The staging table as delta-rs reads it, when delta-rs reads the logs."""
         return self._source.delta_rs_staging
-
-    def check_publish(self, version: int) -> None:
-        """Refuse ``version`` if the last state read showed the target's marker lost
-        (:func:`deltasink.core.guards.check_publish`)."""
-        check_publish(self._lost, version, app_id=self.tables.app_id, target=self.tables.target)
 
     # -- the staging table -------------------------------------------------------------
 
@@ -160,6 +152,14 @@ class SparkLogs:
         """The newest ``limit`` target commits (all of them: ``None``), newest first."""
         return self._source.target_commits(limit)
 
+    def newest_commit(self) -> tuple[int | None, str | None]:
+        """The target's newest Delta version and the deltasink app that made it (after a
+        lost conflict: who won, or a commit after it)."""
+        commits = self.target_commits(1)
+        if not commits:
+            return None, None
+        return int(commits[0]["version"]), commit_app(commits[0])
+
     def committed(self) -> int | None:
         """The target's committed version: its ``txn`` through delta-rs, else the newest
         deltasink commit of the app in ``DESCRIBE HISTORY`` (``None`` when none is found
@@ -185,15 +185,17 @@ class SparkLogs:
 
         Staged versions are the staging partitions plus the empty versions the staging
         history records (Spark writes no file for an empty batch). A committed mark in
-        the staging table above the target's own marker wins (with a warning, once).
+        the staging table above the target's own marker wins (decided by the core,
+        :meth:`LogState.read <deltasink.core.committables.LogState.read>`).
         """
         committed = self.committed()
         props = self.staging_props()
         if props is None:
-            return LogState(committed, ())
+            return LogState.read(CommitMarks(committed, table=self.tables.target))
         ledger = self.read_ledger(committed)
-        decided = self._source.settle(committed, ledger.mark, self._guard)
-        committed, self._lost = decided.version, decided.lost
+        marks = self._source.marks(committed, ledger.mark)
+        decided = LogState.read(marks)
+        committed = decided.committed_version
         parts = self.partitions()
         have = {s.version for s in parts}
         empties = [
@@ -203,4 +205,4 @@ class SparkLogs:
         ]
         staged = tuple(sorted([*parts, *empties], key=lambda s: s.version))
         quarantined = Quarantine.from_props(props).reasons()
-        return LogState(committed, staged, quarantined, lost=self._lost)
+        return LogState.read(marks, staged, quarantined)

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltasink import _faults
+from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError
 from deltasink.input.arrow import spark_arrow
@@ -275,6 +276,8 @@ class TargetWriter:
                 version=version,
             ),
             what=f"the commit of version {version} into {t.target}",
+            recorder=telemetry.current(),
+            winner=self._logs.newest_commit,
         )
 
     def apply_once(
@@ -291,7 +294,8 @@ class TargetWriter:
         t = self.tables
         version = versions[-1]
         relation = t.staging_ref if unstaged is None else unstaged.view
-        metadata = user_metadata("commit", t.app_id, version, versions, origin)
+        cost = telemetry.metadata()  # what the commit cost so far (its attempt, conflicts)
+        metadata = user_metadata("commit", t.app_id, version, versions, origin, cost)
         source = source_sql(relation, versions, columns, spec)
         spark = self._sql.session() if unstaged is None else unstaged.session
         target = self._logs.target_frame(spark)  # one session per statement
@@ -382,6 +386,7 @@ class TargetWriter:
         entry = next((e for e in entries if e.version == version), None)
         if entry is None:
             return CommitResult(version, "already_committed", rows=rows, duration_s=seconds)
+        telemetry.changed(*entry.changes)
         return CommitResult(
             version,
             "committed",

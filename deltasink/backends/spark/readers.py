@@ -14,7 +14,8 @@ from typing import Any, Literal, Protocol
 from deltasink.backends.deltalog.history import history
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.backends.deltalog.target import TargetLog
-from deltasink.core.guards import Committed, MarkGuard, check_owner
+from deltasink.core.committables import CommitMarks
+from deltasink.core.guards import check_owner
 from deltasink.core.protocol import StagedVersion
 from deltasink.input.sql import quote
 from deltasink.ops.history import history_from_commits
@@ -60,9 +61,9 @@ class LogSource(Protocol):
         """Whether the target table exists yet."""
         ...
 
-    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> Committed:
-        """The committed version (and the lost marker it was decided over), from
-        :meth:`committed` and the committed ``mark`` the staging ledger recorded."""
+    def marks(self, committed: int | None, mark: int | None) -> CommitMarks:
+        """What decides the committed version (in the core), from :meth:`committed` and
+        the committed ``mark`` the staging ledger recorded."""
         ...
 
 
@@ -73,6 +74,7 @@ class DeltaRsSource:
 
     def __init__(self, tables: Tables, storage_options: Mapping[str, str] | None) -> None:
         self.app_id = tables.app_id
+        self.table = tables.target
         self.target = TargetLog(tables.target, storage_options=storage_options)
         self.staging = StagingLog(
             tables.staging,
@@ -103,12 +105,12 @@ class DeltaRsSource:
     def target_exists(self) -> bool:
         return self.target.open() is not None
 
-    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> Committed:
+    def marks(self, committed: int | None, mark: int | None) -> CommitMarks:
         rs_mark = self.staging.committed_mark()
         if rs_mark is not None and (mark is None or rs_mark > mark):
             mark = rs_mark
-        # the target's own marker was read: warn on a gap
-        return guard.committed(committed, mark)
+        # the target's own marker was read: the core warns on a gap
+        return CommitMarks(committed, mark, table=self.table)
 
 
 class SparkSource:
@@ -186,7 +188,7 @@ class SparkSource:
             raise
         return True
 
-    def settle(self, committed: int | None, mark: int | None, guard: MarkGuard) -> Committed:
-        if mark is not None and (committed is None or mark > committed):
-            return Committed(mark)
-        return Committed(committed)
+    def marks(self, committed: int | None, mark: int | None) -> CommitMarks:
+        # ``committed`` comes from DESCRIBE HISTORY, which log retention truncates: a
+        # higher mark is trusted without a warning
+        return CommitMarks(committed, mark, table=self.tables.target, exact=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deltasink.backends import require_delta
+from deltasink.backends.sessions import require_delta
 from deltasink.errors import ConfigurationError
 from deltasink.locations import is_catalog_name
 from deltasink.ops.history import user_metadata
