@@ -97,7 +97,7 @@ def test_optimize_on_the_spark_engine_retries_delta_conflicts_then_names_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(spark_maintenance, "OPTIMIZE_ATTEMPTS", 3)
-    monkeypatch.setattr("deltasink.retry.backoff", lambda attempt, cap: 0.0)
+    monkeypatch.setattr("deltasink.retry.backoff", lambda *_: 0.0)
     session = _Session(conflicts=2)
     _maintenance(session).optimize(["id"])
     assert session.statements == ["OPTIMIZE delta.`/lake/t` ZORDER BY (`id`)"] * 3
