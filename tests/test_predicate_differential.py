@@ -1,0 +1,262 @@
+"""Every predicate means on every engine what it means in Spark SQL, proven against
+Spark itself: generated predicates (``tests/predicate_grammar.py``) over rows of every
+column type, evaluated by classic PySpark (the oracle) and by every evaluator a
+predicate field reaches, in every field, on both engines.
+
+For each generated predicate and each field it is either refused when the spec or check
+is built or at the first batch (a :class:`~deltasink.ConfigurationError`), or:
+
+* batched, over the grammar's rows: the text Sail gets (the embedded engine's Spark, in
+  a process of its own) and the text DataFusion gets (delta-rs's ``QueryBuilder``)
+  select exactly the rows the oracle selects (``tests/predicate_engines.py``);
+* through the real fields, for a sample joined into one predicate per field
+  (``tests/predicate_fields.py``): on the ``spark`` engine (delta-spark, this process's
+  classic session), on the embedded engine with Arrow input (Sail checks the rows,
+  delta-rs publishes; the worker process) and with classic DataFrames (Spark checks the
+  rows, delta-rs publishes); the targets hold exactly what the oracle's selection implies.
+
+Where Spark fails (ANSI mode: an overflow, a value out of a type's range) the others
+must fail too; where Spark's own failure depends on what its optimizer keeps (a failing
+operand beside ``OR TRUE``) and an engine answers, the case is counted as
+``spark-fails``, reported, and not a mismatch. Refusals and outcomes are counted per
+construct; ``DELTASINK_PREDICATE_REPORT=<file>`` writes the counts as JSON.
+
+``make test`` runs a fixed-seed sample (this module runs in the delta-spark suite's
+process, ``CHILD_MODULES``); ``make test-generated`` a fresh seed and
+:data:`COUNT`'s CI size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltasink.errors import ConfigurationError, InvalidInputError
+from deltasink.shapes.sparksql.fields import FIELDS, check, translate, types_of
+from tests import generated, predicate_fields, predicate_grammar
+from tests.predicate_engines import Result, datafusion_batched, spark_batched
+from tests.test_contract_spark import REASON, delta_spark
+
+pytestmark = [
+    pytest.mark.generated,
+    pytest.mark.jvm,
+    pytest.mark.delta_spark,
+    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
+    pytest.mark.timeout(0),  # as in the delta-spark suite (its run is bounded)
+]
+__all__ = ["delta_spark"]
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Predicates per run, and how many of them go through the real fields.
+COUNT = generated.count(sample=150, ci=2400)
+FIELD_SAMPLE = generated.count(sample=8, ci=60)
+
+
+@contextmanager
+def utc(spark: Any) -> Any:
+    """The session in UTC, the embedded engine's time zone, while the block runs."""
+    key = "spark.sql.session.timeZone"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "UTC")
+    try:
+        yield spark
+    finally:
+        spark.conf.set(key, before)
+
+
+def _texts(drawn: predicate_grammar.Drawn) -> dict[str, tuple[str, str, str] | str]:
+    """Per field: (the user's text, Sail's text, DataFusion's text), or why refused."""
+    columns = types_of(predicate_grammar.SCHEMA)
+    out: dict[str, tuple[str, str, str] | str] = {}
+    for name, field in FIELDS.items():
+        text = drawn.qualified if field.scope.qualifier == "required" else drawn.plain
+        try:
+            check(text, name)
+            sail = translate(text, name, columns, "spark")
+            datafusion = translate(text, name, columns, "delta-rs")
+        except (ConfigurationError, InvalidInputError) as exc:
+            out[name] = f"refused: {type(exc).__name__}: {exc}"
+            continue
+        out[name] = (text, sail, datafusion)
+    return out
+
+
+def _compare(oracle: Result, found: Result) -> str:
+    """``equal``, ``both fail``, ``spark-fails`` (Spark failed, the engine answered) or
+    ``mismatch`` (other values, or the engine failed where Spark answered: accepted, then
+    unpublishable)."""
+    if found == oracle:
+        return "equal"
+    if isinstance(oracle, str) and isinstance(found, str):
+        return "both fail"
+    if isinstance(oracle, str):
+        return "spark-fails"
+    return "mismatch"
+
+
+def _worker(payload: dict[str, Any]) -> dict[str, Any]:
+    """The embedded engine's part (Sail) in a process of its own: a classic session and
+    Sail's Spark Connect session cannot share one."""
+    with tempfile.TemporaryDirectory(prefix="deltasink-sail-worker-") as folder:
+        source, target = Path(folder) / "in.json", Path(folder) / "out.json"
+        source.write_text(json.dumps(payload))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.predicate_engines", "embedded", str(source), str(target)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        result: dict[str, Any] = json.loads(target.read_text())
+        return result
+
+
+def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    import logging
+
+    logging.getLogger("SQLQueryContextLogger").disabled = True  # the oracle's failures
+    import time
+
+    clock = {"start": time.perf_counter()}
+
+    def lap(name: str) -> None:
+        clock[name] = round(time.perf_counter() - clock.pop("start"), 2)
+        clock["start"] = time.perf_counter()
+
+    drawn = predicate_grammar.draw(generated.rng("predicate-grammar"), COUNT)
+    rows = predicate_grammar.rows()
+    ids = rows.column("Id").to_pylist()
+    texts = [_texts(d) for d in drawn]
+
+    with utc(delta_spark):
+        oracle = dict(
+            zip(
+                [d.plain for d in drawn],
+                spark_batched(delta_spark, rows, [d.plain for d in drawn]),
+                strict=False,
+            )
+        )
+    lap("oracle")
+    sail_texts = sorted({t[1] for case in texts for t in case.values() if isinstance(t, tuple)})
+    fusion_texts = sorted({t[2] for case in texts for t in case.values() if isinstance(t, tuple)})
+    fusion = dict(zip(fusion_texts, datafusion_batched(rows, fusion_texts), strict=False))
+    lap("datafusion")
+
+    # the sample through the real fields: accepted in every field, a value in Spark
+    sample = [
+        (d, case)
+        for d, case in zip(drawn, texts, strict=False)
+        if all(isinstance(t, tuple) for t in case.values()) and not isinstance(oracle[d.plain], str)
+    ][:FIELD_SAMPLE]
+    grouped = predicate_fields.grouped_rows(len(sample))
+    chosen = predicate_fields.selected_ids(
+        grouped,
+        [{i for i, v in zip(ids, oracle[d.plain], strict=False) if v is True} for d, _ in sample],  # type: ignore[arg-type]
+    )
+    plain = predicate_fields.combined([d.plain for d, _ in sample])
+    qualified = predicate_fields.combined([d.qualified for d, _ in sample], qualified=True)
+    worker = _worker(
+        {
+            "exprs": sail_texts,
+            "fields": {
+                "groups": len(sample),
+                "plain": plain,
+                "qualified": qualified,
+                "chosen": sorted(chosen),
+            },
+        }
+    )
+    sail = dict(zip(sail_texts, worker["exprs"], strict=False))
+    lap("sail worker")
+    with utc(delta_spark):
+        real = {
+            "spark": predicate_fields.run(
+                "spark",
+                grouped,
+                plain,
+                qualified,
+                chosen,
+                spark=delta_spark,
+                folder=str(tmp_path / "spark"),
+            ),
+            "embedded-classic": predicate_fields.run(
+                "embedded-classic",
+                grouped,
+                plain,
+                qualified,
+                chosen,
+                spark=delta_spark,
+                folder=str(tmp_path / "classic"),
+            ),
+        }
+    real["embedded"] = worker["fields"]
+    lap("real fields")
+
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    problems: list[str] = []
+    for d, case in zip(drawn, texts, strict=False):
+        expected = oracle[d.plain]
+        for name, found in case.items():
+            if isinstance(found, str):
+                counts[name]["refused"] += 1
+                for construct in d.constructs:
+                    counts[f"construct {construct}"][f"refused in {name}"] += 1
+                continue
+            for construct in d.constructs:
+                counts[f"construct {construct}"][f"accepted in {name}"] += 1
+            results = {"sail": sail[found[1]]}
+            if "delta-rs" in FIELDS[name].evaluators:
+                results["delta-rs"] = fusion[found[2]]
+            for evaluator, result in results.items():
+                outcome = _compare(expected, result)
+                counts[name][f"{evaluator} {outcome}"] += 1
+                if outcome == "mismatch":  # values differ, or the engine fails alone
+                    problems.append(
+                        f"{name} on {evaluator}: {found[0]!r}\n  sail: {found[1]}\n  "
+                        f"datafusion: {found[2]}\n  spark:  {expected}\n  engine: {result}"
+                    )
+    want = predicate_fields.expected(grouped, chosen)
+    for engine, outcome in real.items():
+        for field, value in outcome.items():
+            ok = predicate_fields.comparable(value) == want[field]
+            counts[f"fields {engine}"]["equal" if ok else "mismatch"] += 1
+            if not ok:
+                problems.append(
+                    f"real field {field} on {engine}: {str(value)[:600]}\n  expected: {str(want[field])[:600]}"
+                )
+    report = {k: dict(v) for k, v in sorted(counts.items())}
+    clock.pop("start")
+    report["run"] = {
+        "seed": generated.SEED,
+        "predicates": len(drawn),
+        "field sample": len(sample),
+        **clock,
+    }  # type: ignore[dict-item]
+    print(json.dumps(report, indent=1, sort_keys=True))
+    if os.environ.get("DELTASINK_PREDICATE_REPORT"):
+        report["problems"] = problems  # type: ignore[assignment]
+        report["sample"] = [d.plain for d, _ in sample]  # type: ignore[assignment]
+        Path(os.environ["DELTASINK_PREDICATE_REPORT"]).write_text(json.dumps(report, indent=1))
+    real_problems = [p for p in problems if p.startswith("real field")]
+    assert not problems, f"{len(problems)} mismatch(es), {generated.banner()}:\n" + "\n\n".join(
+        (real_problems + problems)[:20]
+    )
+    assert len(sample) >= min(FIELD_SAMPLE, 8), "too few predicates for the real fields"
