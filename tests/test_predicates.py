@@ -269,3 +269,26 @@ def test_delta_rs_reads_the_reemitted_predicate_as_spark_reads_the_text(
         DeltaTable(uri).delete(translate(text, "replace_where", columns, "delta-rs"))
         kept = DeltaTable(uri).to_pyarrow_table().column("id").to_pylist()
         assert sorted(set(table.column("id").to_pylist()) - set(kept)) == spark_hits, text
+
+
+def test_the_docs_table_of_constructs_is_generated() -> None:
+    """docs/predicates.md's table is the allow-list run through the engines' own code
+    (``tools/predicate_table.py``); refresh it with ``python tools/predicate_table.py``."""
+    from tools import predicate_table
+
+    assert predicate_table.main(["--check"]) == 0
+
+
+def test_the_grammar_draws_every_construct_of_the_allow_list() -> None:
+    """The differential suite's grammar has a rule for each row of the table, and draws
+    each of them in a run (tests/predicate_grammar.py)."""
+    import random
+
+    from deltasink.shapes.sparksql.constructs import CONSTRUCTS
+    from tests import predicate_grammar
+
+    rules = (set(predicate_grammar.RULES) - {"refused"}) | set(predicate_grammar.REFUSED)
+    assert {c.key for c in CONSTRUCTS} == rules
+    drawn = predicate_grammar.draw(random.Random(36), 2000)
+    used = set().union(*(d.constructs for d in drawn))
+    assert rules - used == set()

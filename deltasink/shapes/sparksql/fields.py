@@ -71,10 +71,10 @@ def _refused(field: Field, text: str, refusal: Refusal) -> ConfigurationError:
         for e in sorted(field.evaluators)
     )
     return ConfigurationError(
-        f"{field.what} {text!r} uses {refusal.construct}, which deltasink does not give "
-        f"{engines} (a spec may be published by either engine): {refusal.why}. "
-        f"Instead, {refusal.way_out}. The supported constructs are listed in "
-        "docs/predicates.md."
+        f"{field.what} {text!r} uses {refusal.construct}, which {engines} would not "
+        f"evaluate as Spark does (a spec may be published by either engine): "
+        f"{refusal.why}. Instead, {refusal.way_out}. The supported constructs are "
+        "listed in docs/predicates.md."
     )
 
 

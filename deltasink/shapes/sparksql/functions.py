@@ -135,8 +135,8 @@ class Functions(Strings, Base):
                 f"round of a {kind}",
                 "Spark rounds the double's decimal text half up (round(1.005, 2) is 1.01); "
                 "Sail and DataFusion round its binary value (1.0)",
-                "round a decimal: round(CAST(x AS DECIMAL(10,3)), 2), with x a decimal "
-                "column, or round in the job",
+                "keep the value in a decimal column and round that (round(amount, 2)), "
+                "or round in the job",
             )
         self.need_number(part, "round")
         if kind.integral or kind.name in ("unknown", "void"):
