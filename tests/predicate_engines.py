@@ -150,9 +150,10 @@ def _classic() -> Any:
 
 def main(argv: list[str]) -> None:
     """``classic|embedded IN OUT``: with the session asked for, evaluate ``IN``'s
-    ``exprs`` on the grammar's rows (:func:`spark_batched`) and, with ``fields``, run the
-    real fields on the embedded engine (``tests/predicate_fields.py``); write
-    ``{"exprs": [...], "fields": {...}}`` to ``OUT``."""
+    ``exprs`` on the grammar's rows (:func:`spark_batched`) and run the
+    real fields of each of ``rounds`` on the embedded engine
+    (``tests/predicate_fields.py``); write ``{"exprs": [...], "rounds": [...]}`` to
+    ``OUT``."""
     which, source, target = argv
     from tests import predicate_fields, predicate_grammar
 
@@ -160,12 +161,16 @@ def main(argv: list[str]) -> None:
     spark = _classic() if which == "classic" else __import__("deltasink").embedded_spark()
     table = predicate_grammar.rows()
     out: dict[str, Any] = {"exprs": spark_batched(spark, table, payload["exprs"], alias="t")}
-    fields = payload.get("fields")
-    if fields:
-        rows = predicate_fields.grouped_rows(fields["groups"])
-        out["fields"] = predicate_fields.run(
-            "embedded", rows, fields["plain"], fields["qualified"], set(fields["chosen"])
+    out["rounds"] = [
+        predicate_fields.run(
+            "embedded",
+            predicate_fields.grouped_rows(spec["groups"]),
+            spec["plain"],
+            spec["qualified"],
+            set(spec["chosen"]),
         )
+        for spec in payload.get("rounds", [])
+    ]
     with open(target, "w") as written:
         json.dump(out, written)
 

@@ -60,7 +60,7 @@ def combined(predicates: Sequence[str], *, qualified: bool = False) -> str:
     return " OR ".join(f"({g} = {i} AND ({p}))" for i, p in enumerate(predicates))
 
 
-def selected_ids(rows: pa.Table, selected: Sequence[set[int]]) -> set[int]:
+def selected_ids(selected: Sequence[set[int]]) -> set[int]:
     """The grouped ``Id`` s the per-group selections (of base ``Id`` s) pick."""
     return {g * 1000 + i for g, ids in enumerate(selected) for i in ids}
 

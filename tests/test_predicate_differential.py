@@ -58,7 +58,9 @@ __all__ = ["delta_spark"]
 ROOT = Path(__file__).resolve().parent.parent
 #: Predicates per run, and how many of them go through the real fields.
 COUNT = generated.count(sample=150, ci=2400)
-FIELD_SAMPLE = generated.count(sample=8, ci=60)
+FIELD_SAMPLE = generated.count(sample=8, ci=24)
+#: Predicates joined into one per setting and real-field run.
+ROUND = 12
 
 
 @contextmanager
@@ -73,20 +75,25 @@ def utc(spark: Any) -> Any:
         spark.conf.set(key, before)
 
 
-def _texts(drawn: predicate_grammar.Drawn) -> dict[str, tuple[str, str, str] | str]:
-    """Per field: (the user's text, Sail's text, DataFusion's text), or why refused."""
+def _texts(drawn: predicate_grammar.Drawn) -> dict[str, tuple[str, str | None, str | None] | str]:
+    """Per setting: (the user's text, Sail's text, DataFusion's text: ``None`` where the
+    setting does not reach that engine), or why it is refused."""
     columns = types_of(predicate_grammar.SCHEMA)
-    out: dict[str, tuple[str, str, str] | str] = {}
+    out: dict[str, tuple[str, str | None, str | None] | str] = {}
     for name, field in FIELDS.items():
         text = drawn.qualified if field.scope.qualifier == "required" else drawn.plain
         try:
             check(text, name)
-            sail = translate(text, name, columns, "spark")
-            datafusion = translate(text, name, columns, "delta-rs")
+            sail = translate(text, name, columns, "spark") if "sail" in field.evaluators else None
+            fusion = (
+                translate(text, name, columns, "delta-rs")
+                if "delta-rs" in field.evaluators
+                else None
+            )
         except (ConfigurationError, InvalidInputError) as exc:
             out[name] = f"refused: {type(exc).__name__}: {exc}"
             continue
-        out[name] = (text, sail, datafusion)
+        out[name] = (text, sail, fusion)
     return out
 
 
@@ -127,14 +134,58 @@ def _worker(payload: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
+def _rounds(
+    sample: list[predicate_grammar.Drawn], oracle: dict[str, Result], ids: list[int]
+) -> list[dict[str, Any]]:
+    """The real-field sample in rounds of at most :data:`ROUND` predicates, each joined
+    into one predicate per setting (Spark's analysis of a much longer one takes minutes),
+    with the grouped ``Id`` s Spark's selections pick."""
+    out = []
+    for start in range(0, len(sample), ROUND):
+        part = sample[start : start + ROUND]
+        selections = [
+            {i for i, v in zip(ids, oracle[d.plain], strict=True) if v is True} for d in part
+        ]
+        out.append(
+            {
+                "groups": len(part),
+                "plain": predicate_fields.combined([d.plain for d in part]),
+                "qualified": predicate_fields.combined([d.qualified for d in part], qualified=True),
+                "chosen": sorted(predicate_fields.selected_ids(selections)),
+            }
+        )
+    return out
+
+
+def _real_fields(spark: Any, rounds: list[dict[str, Any]], folder: Path) -> dict[str, list[Any]]:
+    """The classic-session runs of each round: the spark engine, and the embedded engine
+    with classic DataFrames."""
+    out: dict[str, list[Any]] = {"spark": [], "embedded-classic": []}
+    with utc(spark):
+        for n, spec in enumerate(rounds):
+            grouped = predicate_fields.grouped_rows(spec["groups"])
+            for engine in out:
+                out[engine].append(
+                    predicate_fields.run(
+                        engine,
+                        grouped,
+                        spec["plain"],
+                        spec["qualified"],
+                        set(spec["chosen"]),
+                        spark=spark,
+                        folder=str(folder / f"{engine}-{n}"),
+                    )
+                )
+    return out
+
+
 def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
     delta_spark: Any, tmp_path: Path
 ) -> None:
     import logging
-
-    logging.getLogger("SQLQueryContextLogger").disabled = True  # the oracle's failures
     import time
 
+    logging.getLogger("SQLQueryContextLogger").disabled = True  # the oracle's failures
     clock = {"start": time.perf_counter()}
 
     def lap(name: str) -> None:
@@ -145,69 +196,31 @@ def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
     rows = predicate_grammar.rows()
     ids = rows.column("Id").to_pylist()
     texts = [_texts(d) for d in drawn]
-
     with utc(delta_spark):
-        oracle = dict(
-            zip(
-                [d.plain for d in drawn],
-                spark_batched(delta_spark, rows, [d.plain for d in drawn]),
-                strict=False,
-            )
-        )
+        plain = [d.plain for d in drawn]
+        oracle = dict(zip(plain, spark_batched(delta_spark, rows, plain), strict=True))
     lap("oracle")
-    sail_texts = sorted({t[1] for case in texts for t in case.values() if isinstance(t, tuple)})
-    fusion_texts = sorted({t[2] for case in texts for t in case.values() if isinstance(t, tuple)})
-    fusion = dict(zip(fusion_texts, datafusion_batched(rows, fusion_texts), strict=False))
+    fusion_texts = sorted(
+        {t[2] for case in texts for t in case.values() if isinstance(t, tuple) and t[2]}
+    )
+    fusion = dict(zip(fusion_texts, datafusion_batched(rows, fusion_texts), strict=True))
     lap("datafusion")
 
-    # the sample through the real fields: accepted in every field, a value in Spark
+    # the sample through the real fields: accepted in every setting, a value in Spark
     sample = [
-        (d, case)
-        for d, case in zip(drawn, texts, strict=False)
+        d
+        for d, case in zip(drawn, texts, strict=True)
         if all(isinstance(t, tuple) for t in case.values()) and not isinstance(oracle[d.plain], str)
     ][:FIELD_SAMPLE]
-    grouped = predicate_fields.grouped_rows(len(sample))
-    chosen = predicate_fields.selected_ids(
-        grouped,
-        [{i for i, v in zip(ids, oracle[d.plain], strict=False) if v is True} for d, _ in sample],  # type: ignore[arg-type]
+    rounds = _rounds(sample, oracle, ids)
+    sail_texts = sorted(
+        {t[1] for case in texts for t in case.values() if isinstance(t, tuple) and t[1]}
     )
-    plain = predicate_fields.combined([d.plain for d, _ in sample])
-    qualified = predicate_fields.combined([d.qualified for d, _ in sample], qualified=True)
-    worker = _worker(
-        {
-            "exprs": sail_texts,
-            "fields": {
-                "groups": len(sample),
-                "plain": plain,
-                "qualified": qualified,
-                "chosen": sorted(chosen),
-            },
-        }
-    )
-    sail = dict(zip(sail_texts, worker["exprs"], strict=False))
+    worker = _worker({"exprs": sail_texts, "rounds": rounds})
+    sail = dict(zip(sail_texts, worker["exprs"], strict=True))
     lap("sail worker")
-    with utc(delta_spark):
-        real = {
-            "spark": predicate_fields.run(
-                "spark",
-                grouped,
-                plain,
-                qualified,
-                chosen,
-                spark=delta_spark,
-                folder=str(tmp_path / "spark"),
-            ),
-            "embedded-classic": predicate_fields.run(
-                "embedded-classic",
-                grouped,
-                plain,
-                qualified,
-                chosen,
-                spark=delta_spark,
-                folder=str(tmp_path / "classic"),
-            ),
-        }
-    real["embedded"] = worker["fields"]
+    real = _real_fields(delta_spark, rounds, tmp_path)
+    real["embedded"] = worker["rounds"]
     lap("real fields")
 
     counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -222,8 +235,10 @@ def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
                 continue
             for construct in d.constructs:
                 counts[f"construct {construct}"][f"accepted in {name}"] += 1
-            results = {"sail": sail[found[1]]}
-            if "delta-rs" in FIELDS[name].evaluators:
+            results = {}
+            if found[1] is not None:
+                results["sail"] = sail[found[1]]
+            if found[2] is not None:
                 results["delta-rs"] = fusion[found[2]]
             for evaluator, result in results.items():
                 outcome = _compare(expected, result)
@@ -233,15 +248,19 @@ def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
                         f"{name} on {evaluator}: {found[0]!r}\n  sail: {found[1]}\n  "
                         f"datafusion: {found[2]}\n  spark:  {expected}\n  engine: {result}"
                     )
-    want = predicate_fields.expected(grouped, chosen)
-    for engine, outcome in real.items():
-        for field, value in outcome.items():
-            ok = predicate_fields.comparable(value) == want[field]
-            counts[f"fields {engine}"]["equal" if ok else "mismatch"] += 1
-            if not ok:
-                problems.append(
-                    f"real field {field} on {engine}: {str(value)[:600]}\n  expected: {str(want[field])[:600]}"
-                )
+    for n, spec in enumerate(rounds):
+        want = predicate_fields.expected(
+            predicate_fields.grouped_rows(spec["groups"]), set(spec["chosen"])
+        )
+        for engine, outcomes in real.items():
+            for field, value in outcomes[n].items():
+                ok = predicate_fields.comparable(value) == want[field]
+                counts[f"fields {engine}"]["equal" if ok else "mismatch"] += 1
+                if not ok:
+                    problems.append(
+                        f"real field {field} on {engine}, round {n}: {str(value)[:600]}\n"
+                        f"  expected: {str(want[field])[:600]}\n  predicate: {spec['plain'][:600]}"
+                    )
     report = {k: dict(v) for k, v in sorted(counts.items())}
     clock.pop("start")
     report["run"] = {
@@ -253,7 +272,7 @@ def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
     print(json.dumps(report, indent=1, sort_keys=True))
     if os.environ.get("DELTASINK_PREDICATE_REPORT"):
         report["problems"] = problems  # type: ignore[assignment]
-        report["sample"] = [d.plain for d, _ in sample]  # type: ignore[assignment]
+        report["sample"] = [d.plain for d in sample]  # type: ignore[assignment]
         Path(os.environ["DELTASINK_PREDICATE_REPORT"]).write_text(json.dumps(report, indent=1))
     real_problems = [p for p in problems if p.startswith("real field")]
     assert not problems, f"{len(problems)} mismatch(es), {generated.banner()}:\n" + "\n\n".join(
