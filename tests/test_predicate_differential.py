@@ -110,6 +110,37 @@ def _compare(oracle: Result, found: Result) -> str:
     return "mismatch"
 
 
+def _shrunk(spark: Any, text: str, name: str) -> str | None:
+    """The smallest boolean part of ``text`` on which DataFusion (this process) and Spark
+    still differ, for a failure's message; ``None`` if no smaller one does (or the search
+    fails: it never hides the mismatch it was asked about)."""
+    try:
+        return _shrink(spark, text, name)
+    except Exception:
+        return None
+
+
+def _shrink(spark: Any, text: str, name: str) -> str | None:
+    import sqlglot
+
+    columns = types_of(predicate_grammar.SCHEMA)
+    rows = predicate_grammar.rows()
+    parts = sorted(
+        {n.sql("spark") for n in sqlglot.parse_one(text, read="spark").walk()} - {text}, key=len
+    )
+    for part in parts:
+        try:
+            check(part, name)  # type: ignore[arg-type]
+            fusion = translate(part, name, columns, "delta-rs")  # type: ignore[arg-type]
+        except Exception:  # not a predicate of its own, or refused
+            continue
+        with utc(spark):
+            expected = spark_batched(spark, rows, [part])[0]
+        if _compare(expected, datafusion_batched(rows, [fusion])[0]) == "mismatch":
+            return f"{part!r} (DataFusion: {fusion})"
+    return None
+
+
 def _worker(payload: dict[str, Any]) -> dict[str, Any]:
     """The embedded engine's part (Sail) in a process of its own: a classic session and
     Sail's Spark Connect session cannot share one."""
@@ -185,12 +216,20 @@ def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
     import logging
     import time
 
-    logging.getLogger("SQLQueryContextLogger").disabled = True  # the oracle's failures
-    clock = {"start": time.perf_counter()}
+    quiet = logging.getLogger("SQLQueryContextLogger")  # logs each failure of the oracle
+    quiet.disabled = True
+    try:
+        _differential(delta_spark, tmp_path, time.perf_counter)
+    finally:
+        quiet.disabled = False
+
+
+def _differential(delta_spark: Any, tmp_path: Path, now: Any) -> None:
+    clock = {"start": now()}
 
     def lap(name: str) -> None:
-        clock[name] = round(time.perf_counter() - clock.pop("start"), 2)
-        clock["start"] = time.perf_counter()
+        clock[name] = round(now() - clock.pop("start"), 2)
+        clock["start"] = now()
 
     drawn = predicate_grammar.draw(generated.rng("predicate-grammar"), COUNT)
     rows = predicate_grammar.rows()
@@ -244,9 +283,13 @@ def test_generated_predicates_mean_on_every_engine_what_they_mean_in_spark(
                 outcome = _compare(expected, result)
                 counts[name][f"{evaluator} {outcome}"] += 1
                 if outcome == "mismatch":  # values differ, or the engine fails alone
+                    smaller = (
+                        _shrunk(delta_spark, found[0], name) if evaluator == "delta-rs" else None
+                    )
                     problems.append(
                         f"{name} on {evaluator}: {found[0]!r}\n  sail: {found[1]}\n  "
                         f"datafusion: {found[2]}\n  spark:  {expected}\n  engine: {result}"
+                        + (f"\n  shrunk: {smaller}" if smaller else "")
                     )
     for n, spec in enumerate(rounds):
         want = predicate_fields.expected(

@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlglot.expressions as exp
 
-from .base import DELTA_RS, EVERY, SAIL, Base, Typed
+from .base import DELTA_RS, EVERY, Base, Typed
 from .literals import Refusal
 from .strings import Strings
 from .types import BOOLEAN, INT, SqlType
@@ -76,9 +76,6 @@ class Functions(Strings, Base):
                 "job as a column of the batch",
             )
         return handler(self, node)  # type: ignore[no-any-return]
-
-    def args(self, node: exp.Expr) -> list[Typed]:
-        return [self.walk(a) for a in node.iter_expressions()]
 
     # -- CAST ----------------------------------------------------------------------------
 
@@ -319,4 +316,3 @@ _FUNCTIONS: dict[type, Any] = {
     **dict.fromkeys(_PARTS, Functions.date_part),
     **Strings.HANDLERS,
 }
-_ = SAIL

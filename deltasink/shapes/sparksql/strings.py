@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 
 import sqlglot.expressions as exp
 
-from .base import DELTA_RS, Base, Typed
+from .base import Base, Typed
 from .literals import Refusal, emit
-from .types import BOOLEAN, INT, STRING, SqlType
+from .types import BOOLEAN, INT, STRING
 
 __all__ = ["Strings", "like_tokens"]
 
@@ -229,4 +229,3 @@ Strings.HANDLERS = {
     exp.RegexpLike: Strings.refuse_regex,
     exp.ILike: Strings.refuse_regex,
 }
-_ = (DELTA_RS, SqlType)

@@ -23,7 +23,7 @@ from typing import Any
 import sqlglot.expressions as exp
 
 from .arithmetic import ARITHMETIC, Arithmetic
-from .base import DELTA_RS, EVERY, NO_VALUE, OVERFLOWS, SAIL, UNKNOWN, Typed
+from .base import DELTA_RS, OVERFLOWS, UNKNOWN, Typed
 from .base import EXACT as _EXACT
 from .functions import Functions
 from .literals import Refusal, convert, emit, integral_bounds, number
@@ -351,4 +351,3 @@ _HANDLERS: dict[type, Any] = {
     exp.If: Walker.if_,
     exp.Coalesce: Walker.coalesce,
 }
-_ = (EVERY, SAIL, NO_VALUE)
