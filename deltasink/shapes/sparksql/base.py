@@ -86,6 +86,15 @@ class Base:
         self.dialect = dialect
         self.evaluators = evaluators
         self.scope = scope
+        #: Conditions under which the part being walked is not evaluated by Spark (the
+        #: right side of AND/OR once the left decides, a CASE branch not taken...): a
+        #: range check there must not fail (:meth:`narrow`).
+        self.skips: list[str] = []
+
+    def skipping(self, condition: str) -> _Skip:
+        """``with self.skipping(c):`` walk a part Spark evaluates only when ``c`` is not
+        true (``""``: always evaluated)."""
+        return _Skip(self.skips, condition)
 
     @property
     def typed(self) -> bool:
@@ -191,7 +200,11 @@ class Base:
             inside = f"{as_double} {lower} AND {as_double} {upper}"
         text = self.cast_sql(sql, source, STRING)
         fails = self.cast_sql(f"({text} || '{OVERFLOWS}')", STRING, kind)  # null stays null
-        return f"(CASE WHEN {inside} THEN {converted} ELSE {fails} END)"
+        # where Spark would not evaluate this part, neither fail: DataFusion evaluates
+        # both sides of AND/OR, and rewrites a boolean CASE into them
+        skip = " OR ".join(f"({s})" for s in self.skips if s)
+        skipped = f" WHEN {skip} THEN {emit(None, kind, self.dialect)}" if skip else ""
+        return f"(CASE WHEN {inside} THEN {converted}{skipped} ELSE {fails} END)"
 
     def nan_safe(self, part: Typed) -> Typed:
         """A float or double with every NaN made the one NaN Spark has: DataFusion and
@@ -201,3 +214,16 @@ class Base:
             return part
         nan = emit(float("nan"), part.type, self.dialect)
         return part._replace(sql=f"(CASE WHEN isnan({part.sql}) THEN {nan} ELSE {part.sql} END)")
+
+
+class _Skip:
+    """The context manager of :meth:`Base.skipping`."""
+
+    def __init__(self, skips: list[str], condition: str) -> None:
+        self.skips, self.condition = skips, condition
+
+    def __enter__(self) -> None:
+        self.skips.append(self.condition)
+
+    def __exit__(self, *exc: object) -> None:
+        self.skips.pop()

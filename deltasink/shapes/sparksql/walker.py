@@ -149,18 +149,14 @@ class Walker(Arithmetic, Functions):
     # -- logic -------------------------------------------------------------------------
 
     def logic(self, node: exp.Connector) -> Typed:
-        left, right = self.walk(node.this), self.walk(node.expression)
-        for part in (left, right):
-            self.need_boolean(part, node.key.upper())
         op = "AND" if isinstance(node, exp.And) else "OR"
-        sql = f"({left.sql} {op} {right.sql})"
-        if may_fail(right):
-            # Spark evaluates the right side only when the left does not decide: where
-            # the right side can fail (an overflow), the others must not evaluate it
-            # either (DataFusion evaluates both sides of AND/OR)
-            decided = "FALSE" if op == "AND" else "TRUE"
-            sql = f"(CASE WHEN {left.sql} IS {decided} THEN {decided} ELSE {sql} END)"
-        return Typed(sql, BOOLEAN)
+        left = self.walk(node.this)
+        # Spark evaluates the right side only when the left does not decide
+        with self.skipping(f"{left.sql} IS {'FALSE' if op == 'AND' else 'TRUE'}"):
+            right = self.walk(node.expression)
+        for part in (left, right):
+            self.need_boolean(part, op)
+        return Typed(f"({left.sql} {op} {right.sql})", BOOLEAN)
 
     def not_(self, node: exp.Not) -> Typed:
         part = self.walk(node.this)
@@ -255,10 +251,17 @@ class Walker(Arithmetic, Functions):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise Refusal("IN over a query", "a predicate reads one row", "list the values")
         self.no_chain(node)
-        items = node.expressions
-        parts = self.unify([self.walk(node.this)] + [self.walk(i) for i in items], "IN")
-        value, *listed = [self.nan_safe(p) for p in parts]
-        terms = [f"({value.sql} = {item.sql})" for item in listed]
+        value = self.walk(node.this)
+        items = [self.walk(i) for i in node.expressions]
+        unified = self.unify([value, *items], "IN")
+        terms: list[str] = []
+        for item, first in zip(node.expressions, unified[1:], strict=True):
+            part = first
+            if terms and OVERFLOWS in first.sql:  # Spark stops at the first match
+                with self.skipping(" OR ".join(f"coalesce({t}, FALSE)" for t in terms)):
+                    part = self.cast(self.walk(item), first.type)
+            left, right = self.nan_safe(unified[0]), self.nan_safe(part)
+            terms.append(f"({left.sql} = {right.sql})")
         return Typed("(" + " OR ".join(terms) + ")", BOOLEAN)
 
     def between(self, node: exp.Between) -> Typed:
@@ -266,36 +269,48 @@ class Walker(Arithmetic, Functions):
             raise Refusal("BETWEEN SYMMETRIC", "not Spark SQL", "write two comparisons")
         self.no_chain(node)
         value = self.walk(node.this)
-        low, high = self.walk(node.args["low"]), self.walk(node.args["high"])
+        low = self.walk(node.args["low"])
         a, b = (self.nan_safe(p) for p in self.unify([value, low], "BETWEEN"))
+        lower = f"({a.sql} >= {b.sql})"
+        with self.skipping(f"{lower} IS FALSE"):  # Spark: lower AND upper
+            high = self.walk(node.args["high"])
         c, d = (self.nan_safe(p) for p in self.unify([value, high], "BETWEEN"))
-        return Typed(f"(({a.sql} >= {b.sql}) AND ({c.sql} <= {d.sql}))", BOOLEAN)
+        return Typed(f"({lower} AND ({c.sql} <= {d.sql}))", BOOLEAN)
 
     # -- conditionals ------------------------------------------------------------------
 
     def case(self, node: exp.Case) -> Typed:
         subject = node.this
-        whens: list[tuple[Typed, Any]] = []
+        tests: list[Typed] = []
+        values: list[Typed] = []
         for branch in node.args.get("ifs") or []:
-            if subject is not None:
-                test = self.comparison(exp.EQ(this=subject.copy(), expression=branch.this.copy()))
-            else:
-                test = self.walk(branch.this)
-                self.need_boolean(test, "CASE WHEN")
-                if test.type.name == "void":
-                    raise Refusal(
-                        "CASE WHEN NULL",
-                        "Spark refuses a NULL condition there",
-                        "write a condition",
+            taken = [f"coalesce({t.sql}, FALSE)" for t in tests]
+            with self.skipping(" OR ".join(taken)):  # an earlier WHEN held
+                if subject is not None:
+                    test = self.comparison(
+                        exp.EQ(this=subject.copy(), expression=branch.this.copy())
                     )
-            whens.append((test, branch.args["true"]))
+                else:
+                    test = self.walk(branch.this)
+                    self.need_boolean(test, "CASE WHEN")
+                    if test.type.name == "void":
+                        raise Refusal(
+                            "CASE WHEN NULL",
+                            "Spark refuses a NULL condition there",
+                            "write a condition",
+                        )
+            with (
+                self.skipping(f"NOT coalesce({test.sql}, FALSE)"),
+                self.skipping(" OR ".join(taken)),
+            ):
+                values.append(self.walk(branch.args["true"]))
+            tests.append(test)
         default = node.args.get("default")
-        values = self.unify(
-            [self.walk(v) for _, v in whens] + ([self.walk(default)] if default else []), "CASE"
-        )
-        text = " ".join(
-            f"WHEN {t.sql} THEN {v.sql}" for (t, _), v in zip(whens, values, strict=False)
-        )
+        if default is not None:
+            with self.skipping(" OR ".join(f"coalesce({t.sql}, FALSE)" for t in tests)):
+                values.append(self.walk(default))
+        values = self.unify(values, "CASE")
+        text = " ".join(f"WHEN {t.sql} THEN {v.sql}" for t, v in zip(tests, values, strict=False))
         if default is not None:
             text += f" ELSE {values[-1].sql}"
         kind = next((v.type for v in values if v.type.name != "void"), values[0].type)
@@ -304,26 +319,23 @@ class Walker(Arithmetic, Functions):
     def if_(self, node: exp.If) -> Typed:
         test = self.walk(node.this)
         self.need_boolean(test, "if")
-        values = self.unify([self.walk(node.args["true"]), self.walk(node.args["false"])], "if")
+        with self.skipping(f"NOT coalesce({test.sql}, FALSE)"):
+            yes = self.walk(node.args["true"])
+        with self.skipping(f"coalesce({test.sql}, FALSE)"):
+            no = self.walk(node.args["false"])
+        values = self.unify([yes, no], "if")
         kind = next((v.type for v in values if v.type.name != "void"), values[0].type)
         return Typed(f"(CASE WHEN {test.sql} THEN {values[0].sql} ELSE {values[1].sql} END)", kind)
 
     def coalesce(self, node: exp.Coalesce) -> Typed:
-        args = [node.this, *node.expressions]
-        parts = self.unify([self.walk(a) for a in args], "coalesce")
+        walked: list[Typed] = []
+        for arg in [node.this, *node.expressions]:  # Spark stops at the first non-null
+            earlier = " OR ".join(f"({p.sql} IS NOT NULL)" for p in walked)
+            with self.skipping(earlier):
+                walked.append(self.walk(arg))
+        parts = self.unify(walked, "coalesce")
         kind = next((v.type for v in parts if v.type.name != "void"), parts[0].type)
-        if any(may_fail(p) for p in parts[1:]):  # Spark stops at the first non-null
-            whens = " ".join(f"WHEN {p.sql} IS NOT NULL THEN {p.sql}" for p in parts[:-1])
-            return Typed(f"(CASE {whens} ELSE {parts[-1].sql} END)", kind)
         return Typed("coalesce(" + ", ".join(p.sql for p in parts) + ")", kind)
-
-
-def may_fail(part: Typed) -> bool:
-    """Whether ``part`` can fail on some row: it holds a range check of
-    :meth:`~.base.Base.narrow` (Spark's ANSI errors: an overflow, a value out of a
-    type's range), the only construct whose translation fails on a row. An operand Spark
-    may skip must then be skipped by the other engines too."""
-    return OVERFLOWS in part.sql
 
 
 _PREDICATES = (exp.Is, exp.Like, exp.ILike, exp.RegexpLike, exp.In, exp.Between, exp.Escape)
