@@ -58,7 +58,7 @@ __all__ = ["delta_spark"]
 ROOT = Path(__file__).resolve().parent.parent
 #: Predicates per run, and how many of them go through the real fields.
 COUNT = generated.count(sample=150, ci=2400)
-FIELD_SAMPLE = generated.count(sample=8, ci=24)
+FIELD_SAMPLE = generated.count(sample=8, ci=12)
 #: Predicates joined into one per setting and real-field run.
 ROUND = 12
 
