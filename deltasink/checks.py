@@ -177,7 +177,8 @@ def validate_on(checks: Sequence[Check], columns: Sequence[str], frame: Callable
     try:
         for check in queries:
             try:
-                df.sparkSession.sql(render_query(check.query, view)).schema  # noqa: B018
+                query = check.query_for(df.schema)  # refusals for these types: named
+                df.sparkSession.sql(render_query(query, view)).schema  # noqa: B018
             except ConfigurationError:
                 raise
             except Exception as exc:  # zero rows: only the query can be at fault
@@ -199,7 +200,10 @@ def _describe(check: Check) -> dict[str, Any]:
     if isinstance(check, row_count_within):
         return {"check": "row_count_within", "percent": check.percent}
     if isinstance(check, sql):
-        return {"check": "sql", "query": check.query, "label": check.label}
+        described = {"check": "sql", "query": check.query, "label": check.label}
+        if check.expect is not None:  # releases without it run the plain query
+            described["expect"] = check.expect
+        return described
     return {"check": "callable", "name": check_name(check)}
 
 
@@ -224,7 +228,7 @@ def decode(text: str) -> tuple[tuple[Check, ...], tuple[str, ...]]:
         elif kind == "row_count_within":
             built.append(row_count_within(item["percent"]))
         elif kind == "sql":
-            built.append(sql(item["query"], label=item["label"]))
+            built.append(sql(item["query"], label=item["label"], expect=item.get("expect")))
         else:
             opaque.append(str(item.get("name", kind)))
     return tuple(built), tuple(opaque)

@@ -69,6 +69,7 @@ CHILD_MODULES = (
     "tests/test_stream_reset_jvm.py",
     "tests/test_docs_jvm.py",
     "tests/test_telemetry_jvm.py",
+    "tests/test_predicate_differential.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").

@@ -164,10 +164,13 @@ def test_not_matched_by_source_round_trips_and_is_neither_coalesced_nor_pruned()
     assert MergeSpec.from_json(spec.to_json()) == spec
     assert not spec.coalescable
     assert not spec.prunable
-    plan = compile_merge(spec, ["id", "a"], has_delete=False)
+    plan = compile_merge(spec, ["id", "a"], has_delete=False, spark=True)
     assert plan.to_sql("tgt", "src").endswith(
         "WHEN NOT MATCHED BY SOURCE AND (t.a > 1) THEN DELETE"
     )
+    target = pa.schema([("id", pa.int64()), ("a", pa.int32())])
+    plan = compile_merge(spec, ["id", "a"], has_delete=False, target=target)
+    assert plan.clauses[-1].condition == "(t.`a` > CAST(1 AS INT))"
     with pytest.raises(ValueError, match="cannot be pruned"):
         compile_merge(spec, ["id", "a"], has_delete=False, prune="t.`id` >= 1")
 
@@ -265,7 +268,7 @@ def test_replace_predicates_quote_values_for_each_engine() -> None:
     spec = MergeSpec(mode="replace", replace_by=["d", "s"], replace_where="n > 1")
     values = pa.table({"d": [dt.date(2024, 1, 2)] * 2, "s": ["it's", "it's"], "n": [2, 3]})
     assert replace_predicate(spec, values) == (
-        "(n > 1) AND ((`d` = CAST('2024-01-02' AS DATE) AND `s` = 'it''s'))"
+        "((`n` > CAST(1 AS BIGINT))) AND ((`d` = CAST('2024-01-02' AS DATE) AND `s` = 'it''s'))"
     )
     assert "`s` = 'it\\'s'" in (replace_predicate(spec, values, spark=True) or "")
     assert replace_predicate(spec, values.slice(0, 0)) is None  # replaces nothing

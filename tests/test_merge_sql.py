@@ -268,8 +268,13 @@ def test_target_predicate_joins_the_on_clause_before_the_key_range() -> None:
     from deltasink.shapes.merge import compile_merge
 
     spec = MergeSpec(keys=["id"], target_predicate="t.day >= '2026-01-01'")
-    plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1")
+    plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1", spark=True)
     assert plan.on == "t.`id` = s.`id` AND (t.day >= '2026-01-01') AND t.`id` >= 1"
+    target = pa.schema([("id", pa.int64()), ("day", pa.date32())])
+    plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1", target=target)
+    assert plan.on == (  # the string converted as Spark converts it, to a date
+        "t.`id` = s.`id` AND ((t.`day` >= CAST('2026-01-01' AS DATE))) AND t.`id` >= 1"
+    )
 
 
 @pytest.mark.parametrize(

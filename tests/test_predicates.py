@@ -72,10 +72,22 @@ def test_the_recorded_spec_of_a_refused_predicate_is_refused_too() -> None:
 def test_each_engine_gets_the_parsed_predicate_reemitted_for_its_parser() -> None:
     # Spark reads a backslash escape and a double-quoted string; DataFusion's generic
     # dialect (delta-rs) reads '' escapes and takes a backslash literally.
+    import pyarrow as pa
+
+    from deltasink.shapes.sparksql.fields import translate, types_of
+
     text = "name = 'O\\'Brien' OR name = \"it's\" OR path = 'a\\\\b' -- ) OR (1=1"
     assert render(text, "spark") == "name = 'O\\'Brien' OR name = 'it\\'s' OR path = 'a\\\\b'"
-    assert render(text, "delta-rs") == "name = 'O''Brien' OR name = 'it''s' OR path = 'a\\b'"
-    assert render("a <=> b /* null-safe */", "delta-rs") == "a IS NOT DISTINCT FROM b"
+    columns = types_of(pa.schema([("name", pa.string()), ("path", pa.string())]))
+    assert translate(text, "replace_where", columns, "delta-rs") == (
+        "(((`name` = 'O''Brien') OR (`name` = 'it''s')) OR (`path` = 'a\\b'))"
+    )
+    assert translate(text, "replace_where", columns, "spark") == (
+        "(((`name` = 'O\\'Brien') OR (`name` = 'it\\'s')) OR (`path` = 'a\\\\b'))"
+    )
+    assert translate("NAME <=> path /* null-safe */", "replace_where", columns, "delta-rs") == (
+        "(`name` IS NOT DISTINCT FROM `path`)"
+    )
     assert render("exists(tags, x -> x = 'vip')", "spark") == "EXISTS(tags, x -> x = 'vip')"
     assert render("flag", "spark") == "flag"  # a bare column: the engine types it
 
@@ -86,19 +98,21 @@ def test_merge_plans_and_replace_predicates_carry_the_reemitted_predicates() -> 
         when_not_matched_by_source="delete",
         not_matched_by_source_condition="t.note = 'it\\'s' -- keep the rest",
     )
-    (*_, by_source) = compile_merge(spec, ["id", "note"], has_delete=False).clauses
-    assert by_source.condition == "t.note = 'it''s'"
+    import pyarrow as pa
+
+    target = pa.schema([("id", pa.int64()), ("note", pa.string()), ("day", pa.string())])
+    plan = compile_merge(spec, ["id", "note"], has_delete=False, target=target)
+    (*_, by_source) = plan.clauses
+    assert by_source.condition == "(t.`note` = 'it''s')"
     spark_plan = compile_merge(spec, ["id", "note"], has_delete=False, spark=True)
     assert spark_plan.clauses[-1].condition == "t.note = 'it\\'s'"
     pruned = MergeSpec(keys=["id"], target_predicate="t.day >= '2026' /* ) OR (1=1 */")
-    assert compile_merge(pruned, ["id", "day"], has_delete=False).on == (
-        "t.`id` = s.`id` AND (t.day >= '2026')"
+    assert compile_merge(pruned, ["id", "day"], has_delete=False, target=target).on == (
+        "t.`id` = s.`id` AND ((t.`day` >= '2026'))"
     )
     reload = MergeSpec(mode="replace", replace_where="region = 'it\\'s'")
-    import pyarrow as pa
-
     rows = pa.table({"region": ["it's"]})
-    assert replace_predicate(reload, rows) == "(region = 'it''s')"
+    assert replace_predicate(reload, rows) == "((`region` = 'it''s'))"
     assert replace_predicate(reload, rows, spark=True) == "(region = 'it\\'s')"
 
 
@@ -230,6 +244,8 @@ def test_delta_rs_reads_the_reemitted_predicate_as_spark_reads_the_text(
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
+    from deltasink.shapes.sparksql.fields import translate, types_of
+
     table = pa.table(
         {
             "id": [1, 2, 3, 4],
@@ -249,6 +265,30 @@ def test_delta_rs_reads_the_reemitted_predicate_as_spark_reads_the_text(
         )
         uri = str(tmp_path / f"t{i}")
         write_deltalake(uri, table)
-        DeltaTable(uri).delete(render(text, "delta-rs"))  # what a MERGE condition gets
+        columns = types_of(table.schema)
+        DeltaTable(uri).delete(translate(text, "replace_where", columns, "delta-rs"))
         kept = DeltaTable(uri).to_pyarrow_table().column("id").to_pylist()
         assert sorted(set(table.column("id").to_pylist()) - set(kept)) == spark_hits, text
+
+
+def test_the_docs_table_of_constructs_is_generated() -> None:
+    """docs/predicates.md's table is the allow-list run through the engines' own code
+    (``tools/predicate_table.py``); refresh it with ``python tools/predicate_table.py``."""
+    from tools import predicate_table
+
+    assert predicate_table.main(["--check"]) == 0
+
+
+def test_the_grammar_draws_every_construct_of_the_allow_list() -> None:
+    """The differential suite's grammar has a rule for each row of the table, and draws
+    each of them in a run (tests/predicate_grammar.py)."""
+    import random
+
+    from deltasink.shapes.sparksql.constructs import CONSTRUCTS
+    from tests import predicate_grammar
+
+    rules = (set(predicate_grammar.RULES) - {"refused"}) | set(predicate_grammar.REFUSED)
+    assert {c.key for c in CONSTRUCTS} == rules
+    drawn = predicate_grammar.draw(random.Random(36), 2000)
+    used = set().union(*(d.constructs for d in drawn))
+    assert rules - used == set()

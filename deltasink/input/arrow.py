@@ -14,6 +14,7 @@ from deltasink.errors import (
     InvalidInputError,
     SchemaMismatchError,
 )
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import RESERVED_PREFIX, MergeSpec
 
 from .sql import delete_expr
@@ -231,8 +232,9 @@ def spark_to_arrow(
         to_arrow = _to_arrow
     if not spec.delete_when:
         return to_arrow(df, ordered)
+    flag = delete_expr(spec, types_of(df.schema))  # refusals and unknown columns: named
     try:
-        flagged = to_arrow(df.selectExpr("*", delete_expr(spec)), ordered)
+        flagged = to_arrow(df.selectExpr("*", flag), ordered)
     except InvalidInputError:
         raise
     except Exception as exc:

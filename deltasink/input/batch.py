@@ -19,6 +19,7 @@ from deltasink.errors import (
     SchemaMismatchError,
 )
 from deltasink.shapes.schema import align_to_target, to_delta_types
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 
 from .arrow import SparkToArrow, check_names, is_spark_dataframe, spark_to_arrow
@@ -56,7 +57,7 @@ def collect(data: object, spec: MergeSpec, *, to_arrow: SparkToArrow | None = No
     if isinstance(data, pa.Table):
         check_names(data.column_names)
         if spec.replace_where or spec.target_predicate:
-            check_row_predicates(arrow_frame(data), spec, data.column_names)
+            check_row_predicates(arrow_frame(data), spec, data.column_names, types_of(data.schema))
         if not spec.delete_when:
             return data
         return flag_arrow(data, spec)

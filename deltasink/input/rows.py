@@ -4,7 +4,7 @@ flag of Arrow input."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,6 +14,8 @@ import pyarrow.compute as pc
 from deltasink.errors import (
     InvalidInputError,
 )
+from deltasink.shapes.sparksql.fields import types_of
+from deltasink.shapes.sparksql.types import SqlType
 from deltasink.shapes.spec import MergeSpec
 
 from .arrow import spark_arrow, spark_input
@@ -27,7 +29,12 @@ def outside(predicate: str) -> str:
     return f"NOT coalesce(({predicate}), false)"
 
 
-def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) -> None:
+def check_row_predicates(
+    frame: Any,
+    spec: MergeSpec,
+    columns: Sequence[str],
+    types: Mapping[str, SqlType] | None = None,
+) -> None:
     """Every row of ``frame`` (a Spark DataFrame of the batch) satisfies
     ``replace_where`` (a version replaces only rows the predicate selects, so it may
     only write such rows; Delta refuses the others at commit time, deltasink before
@@ -35,26 +42,36 @@ def check_row_predicates(frame: Any, spec: MergeSpec, columns: Sequence[str]) ->
     the MERGE sees only target rows satisfying it, so a row outside it would insert a
     key again). One Spark job for both.
 
+    Both are first translated for delta-rs over the batch's column types (``types``, or
+    ``frame``'s), which the embedded engine will evaluate them with on the target: a
+    construct refused for these types is refused now, before anything is staged.
+
     Raises:
+        ConfigurationError: A construct refused for the batch's column types.
         InvalidInputError: Some rows do not satisfy one, or one does not evaluate.
     """
+    if not (spec.replace_where or spec.target_predicate):
+        return
+    types = types_of(frame.schema) if types is None else types
+    for name in ("replace_where", "target_predicate"):
+        spec.predicate(name, "delta-rs", types)
     checks = [
         (name, predicate)
         for name, predicate in (
-            ("replace_where", spec.predicate("replace_where", "spark")),
-            ("target_predicate", spec.predicate("target_predicate", "spark")),
+            ("replace_where", spec.predicate("replace_where", "spark", types)),
+            ("target_predicate", spec.predicate("target_predicate", "spark", types)),
         )
         if predicate
     ]
     if not checks:
         return
-    counts = ", ".join(
-        f"sum(CASE WHEN {outside(predicate)} THEN 1 ELSE 0 END) AS `{name}`"
-        for name, predicate in checks
-    )
+    flags = [f"{outside(predicate)} AS `{name}`" for name, predicate in checks]
+    counts = [f"count_if(`{name}`) AS `{name}`" for name, _ in checks]
     try:
         aliased = frame.alias("t") if spec.target_predicate else frame
-        row = aliased.selectExpr(counts).collect()[0].asDict()
+        # the flags projected first, then counted: Sail fails to plan an aggregate over
+        # an expression it splits into common sub-expressions (a nullability mismatch)
+        row = aliased.selectExpr(*flags).selectExpr(*counts).collect()[0].asDict()
     except Exception as exc:
         listed = " and ".join(f"MergeSpec.{n} {getattr(spec, n)!r}" for n, _ in checks)
         raise InvalidInputError(
@@ -104,10 +121,9 @@ def flag_arrow(data: pa.Table, spec: MergeSpec) -> pa.Table:
     else:
         frame = spark.createDataFrame(spark_input(numbered))
     assert spec.delete_when is not None
+    flag = delete_expr(spec, types_of(data.schema))  # refusals and unknown columns: named
     try:
-        flagged = spark_arrow(frame.selectExpr(quote(ROW_COLUMN), delete_expr(spec))).sort_by(
-            ROW_COLUMN
-        )
+        flagged = spark_arrow(frame.selectExpr(quote(ROW_COLUMN), flag)).sort_by(ROW_COLUMN)
     except InvalidInputError:
         raise
     except Exception as exc:  # the rows came from Arrow: it is the predicate

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from deltasink.errors import ConfigurationError
 from deltasink.shapes.predicates import parse_query, render, render_query
+from deltasink.shapes.sparksql import fields as predicate_fields
 
 __all__ = [
     "SAMPLE_ROWS",
@@ -225,10 +226,16 @@ class row_count_within:
 
 @dataclass(frozen=True)
 class sql:
-    """Fail if ``query`` (Spark SQL over ``staged``) returns any row."""
+    """Fail if ``query`` (Spark SQL over ``staged``) returns any row.
+
+    ``expect`` is the predicate of a :func:`expect` check: the query it runs is then the
+    predicate translated for the staged batch's column types (Spark's meaning on Spark
+    and on the embedded engine's Sail alike, :mod:`deltasink.shapes.sparksql`), and
+    ``query`` the plain form recorded for releases that do not know ``expect``."""
 
     query: str
     label: str | None = None
+    expect: str | None = None
 
     def __post_init__(self) -> None:
         query: object = self.query
@@ -237,13 +244,30 @@ class sql:
         parse_query(query, "checks.sql")  # exactly one query, or refused by name
         if self.label is not None and not isinstance(self.label, str):
             raise ConfigurationError(f"checks.sql label must be a string, got {self.label!r}.")
+        if self.expect is not None:
+            predicate_fields.check(self.expect, "expect")
+
+    def query_for(self, schema: Any) -> str:
+        """The query run on a batch whose Spark schema is ``schema``.
+
+        Raises:
+            ConfigurationError: The ``expect`` predicate uses a construct refused for
+                these column types.
+            InvalidInputError: It names a column the batch does not have.
+        """
+        if self.expect is None:
+            return self.query
+        columns = predicate_fields.types_of(schema)
+        predicate = predicate_fields.translate(self.expect, "expect", columns, "spark")
+        return f"SELECT * FROM staged WHERE NOT coalesce(({predicate}), false)"
 
     @property
     def name(self) -> str:
         return self.label or f"sql({self.query!r})"
 
     def __call__(self, batch: StagedBatch) -> str | None:
-        found = batch.sql(self.query).limit(SAMPLE_ROWS)
+        query = self.query_for(batch.dataframe().schema) if self.expect else self.query
+        found = batch.sql(query).limit(SAMPLE_ROWS)
         if not batch.samples:
             count = found.count()  # no row leaves the engine
             if not count:
@@ -262,16 +286,20 @@ def expect(predicate: str, *, label: str | None = None) -> sql:
 
     Raises:
         ConfigurationError: ``predicate`` is not exactly one boolean expression
-            (:mod:`deltasink.shapes.predicates`); it is re-emitted from its parse, never
-            spliced as written.
+            (:mod:`deltasink.shapes.predicates`), or uses a construct the embedded
+            engine's Spark (Sail) would not evaluate with Spark's meaning
+            (:mod:`deltasink.shapes.sparksql.fields`). It is translated from its parse
+            for each batch's column types, never spliced as written.
     """
     text: object = predicate
     if not isinstance(text, str):
         raise ConfigurationError(f"checks.expect takes a predicate string, got {text!r}.")
+    predicate_fields.check(text, "expect")
     rendered = render(text, "spark", "checks.expect")
     return sql(
         f"SELECT * FROM staged WHERE NOT coalesce(({rendered}), false)",
         label=label or f"expect({predicate!r})",
+        expect=text,
     )
 
 

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.shapes.predicates import Dialect
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges", "replace_predicate"]
@@ -155,7 +156,12 @@ def _spark_literal(value: object) -> str | None:
 
 
 def replace_predicate(
-    spec: MergeSpec, values: pa.Table, *, spark: bool = False, empty_as_null: Sequence[str] = ()
+    spec: MergeSpec,
+    values: pa.Table,
+    *,
+    spark: bool = False,
+    empty_as_null: Sequence[str] = (),
+    target: pa.Schema | None = None,
 ) -> str | None:
     """The predicate selecting the target rows a ``replace`` version replaces, over
     unqualified target columns: the ``replace_by`` value combinations of ``values``
@@ -166,6 +172,8 @@ def replace_predicate(
         spec: A ``replace`` spec.
         values: The batch (or its distinct ``replace_by`` rows).
         spark: Render literals for Spark SQL (else for delta-rs).
+        target: For delta-rs: the target's schema, which ``replace_where`` is
+            translated for (default: ``values``'s).
         empty_as_null: Columns whose empty string the target reads back as null
             (Delta's string partition columns on Delta-Spark): ``''`` selects the
             null rows too.
@@ -175,7 +183,10 @@ def replace_predicate(
             is checked for such types before it is staged).
     """
     literal = _spark_literal if spark else _literal
-    where = spec.predicate("replace_where", "spark" if spark else "delta-rs")
+    if spark:
+        where = spec.predicate("replace_where", "spark")
+    else:
+        where = spec.predicate("replace_where", "delta-rs", types_of(target or values.schema))
     parts = [f"({where})"] if where else []
     if spec.replace_by:
         columns = list(spec.replace_by)
@@ -232,6 +243,7 @@ def compile_merge(
     has_guard: bool = False,
     spark: bool = False,
     empty_as_null: Sequence[str] = (),
+    target: pa.Schema | None = None,
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -250,7 +262,11 @@ def compile_merge(
         empty_as_null: Key columns whose empty string the target reads back as null
             (string partition columns on Delta-Spark): a batch's ``''`` matches such
             a null (docs/guarantees.md, "One key, one rule").
+        target: For delta-rs: the target's schema, which ``target_predicate`` and
+            ``not_matched_by_source_condition`` are translated for (with Spark's
+            meaning, :mod:`deltasink.shapes.sparksql`); needed when the spec has one.
     """
+    types = None if spark or target is None else types_of(target)
     dialect: Dialect = "spark" if spark else "delta-rs"
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
@@ -276,7 +292,7 @@ def compile_merge(
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
-    target_predicate = spec.predicate("target_predicate", dialect)
+    target_predicate = spec.predicate("target_predicate", dialect, types)
     if target_predicate:  # the user's pruning predicate, checked on every batch row
         on = f"{on} AND ({target_predicate})"
     if prune:
@@ -301,7 +317,7 @@ def compile_merge(
             Clause(
                 "not_matched_by_source",
                 "delete",
-                spec.predicate("not_matched_by_source_condition", dialect),
+                spec.predicate("not_matched_by_source_condition", dialect, types),
             )
         )
     return MergePlan(on, tuple(clauses), data_columns, updates)

@@ -13,13 +13,13 @@ what its place needs:
   function whose type the parser cannot tell is left to the engine to type.
 * a *query* (``checks.sql``) is exactly one ``SELECT`` (``WITH``/``UNION`` included).
 
-Nothing the user wrote is spliced into SQL text: the parsed expression is re-emitted
-for the parser that reads it (:func:`render`). Spark SQL gets sqlglot's ``spark``
-output; delta-rs (the embedded engine's MERGE conditions, ``replaceWhere`` predicates
-and its target queries) parses with DataFusion's SQL parser in its generic dialect, which
-reads one expression and silently ignores whatever follows it, and reads strings the
-standard way (``''`` escapes a quote, a backslash is a plain character): it gets the
-same output with standard string literals. Comments are dropped.
+Nothing the user wrote is spliced into SQL text. Spark itself gets the parsed
+expression re-emitted (:func:`render`, sqlglot's ``spark`` output, comments dropped);
+the other engines (the embedded engine's Sail and delta-rs, whose DataFusion parser
+reads one expression and silently ignores whatever follows it) get the parse
+translated with Spark's meaning, or refused (:mod:`deltasink.shapes.sparksql`).
+A predicate must also be Spark's grammar where sqlglot's is wider
+(:mod:`deltasink.shapes.sparksql.chains`).
 
 Parses are cached per text, so the cost is paid once per process.
 """
@@ -27,26 +27,21 @@ Parses are cached per text, so the cost is paid once per process.
 from __future__ import annotations
 
 import functools
-from typing import ClassVar, Literal
+from typing import Literal
 
 import sqlglot
 import sqlglot.expressions as exp
-from sqlglot.dialects.spark import Spark
 from sqlglot.errors import SqlglotError
 
 from deltasink.errors import ConfigurationError
 
+from .sparksql.chains import chained
+
 __all__ = ["Dialect", "parse_predicate", "parse_query", "render", "render_query"]
 
-#: Who reads a rendered predicate: Spark SQL, or delta-rs (DataFusion's parser).
+#: Who reads a predicate: Spark SQL (Spark, and Sail: translated), or delta-rs
+#: (DataFusion's parser: translated).
 Dialect = Literal["spark", "delta-rs"]
-
-
-class _DeltaRs(Spark):
-    """Spark SQL output with standard string literals, for DataFusion's parser."""
-
-    class Tokenizer(Spark.Tokenizer):
-        STRING_ESCAPES: ClassVar[list[str]] = ["'"]
 
 
 _FORBIDDEN: tuple[tuple[type, str], ...] = (
@@ -112,6 +107,13 @@ def parse_predicate(text: str, what: str) -> exp.Expr:
                     "predicate is evaluated on one row at a time and may name only that "
                     "row's columns."
                 )
+    following = chained(text)
+    if following:
+        raise ConfigurationError(
+            f"{what} {text!r} puts {following} right after another predicate; Spark's grammar "
+            "does not parse that (x LIKE 'a%' IS NULL): put the inner predicate in "
+            "parentheses."
+        )
     typed = _type_of(tree)
     if typed is not None and typed not in _BOOLEAN_TYPES:
         raise ConfigurationError(
@@ -141,15 +143,18 @@ def _type_of(tree: exp.Expr) -> str | None:
 
 
 @functools.lru_cache(maxsize=512)
-def render(text: str, dialect: Dialect, what: str = "predicate") -> str:
-    """The predicate ``text`` re-emitted from its parse for ``dialect``'s parser
-    (comments dropped); what every engine is given instead of the user's text.
+def render(text: str, dialect: Literal["spark"] = "spark", what: str = "predicate") -> str:
+    """The predicate ``text`` re-emitted from its parse for Spark itself (comments
+    dropped): what the ``spark`` engine evaluates. The other engines get it translated
+    (:func:`deltasink.shapes.sparksql.fields.translate`).
 
     Raises:
         ConfigurationError: As :func:`parse_predicate`.
     """
+    if dialect != "spark":
+        raise ValueError("only Spark reads a predicate re-emitted as written")
     tree = parse_predicate(text, what)
-    return tree.sql(dialect=_DeltaRs if dialect == "delta-rs" else "spark", comments=False)
+    return tree.sql(dialect="spark", comments=False)
 
 
 @functools.lru_cache(maxsize=256)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
-from deltasink.shapes.predicates import Dialect, parse_predicate, render
+from deltasink.shapes.predicates import Dialect, render
+from deltasink.shapes.sparksql.fields import check, translate
+from deltasink.shapes.sparksql.types import SqlType
 
 from . import spec_rules as rules
 from .spec_rules import DEFAULT_HISTORY_COLUMNS, NotMatchedBySource
@@ -227,17 +229,38 @@ class MergeSpec:
             raise ConfigurationError(
                 "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
             )
-        for name in PREDICATES:  # exactly one boolean expression each, or refused
+        for name in PREDICATES:  # one boolean expression each, of allowed constructs
             text = getattr(self, name)
             if text is not None:
-                parse_predicate(text, f"MergeSpec.{name}")
+                check(text, name)
 
-    def predicate(self, name: PredicateField, dialect: Dialect) -> str | None:
-        """The predicate field ``name`` as the SQL given to ``dialect``'s parser: its
-        parse re-emitted (:func:`deltasink.shapes.predicates.render`), never the text as
-        written; ``None`` when unset."""
+    def predicate(
+        self,
+        name: PredicateField,
+        dialect: Dialect,
+        columns: Mapping[str, SqlType] | None = None,
+    ) -> str | None:
+        """The predicate field ``name`` as the SQL given to ``dialect``'s parser, never
+        the text as written; ``None`` when unset.
+
+        With ``columns`` (the columns it reads, with their Spark types) it is translated
+        with Spark's meaning (:mod:`deltasink.shapes.sparksql`): every conversion
+        explicit, for Spark and Sail (``"spark"``) or DataFusion (``"delta-rs"``, which
+        needs them). Without, Spark gets the parse re-emitted
+        (:func:`deltasink.shapes.predicates.render`): what Spark itself evaluates.
+
+        Raises:
+            ConfigurationError: A construct refused for these column types.
+            InvalidInputError: It names a column not among ``columns``.
+        """
         text: str | None = getattr(self, name)
-        return None if text is None else render(text, dialect, f"MergeSpec.{name}")
+        if text is None:
+            return None
+        if columns is not None:
+            return translate(text, name, columns, dialect)
+        if dialect != "spark":
+            raise ValueError("a predicate for delta-rs is translated for the columns it reads")
+        return render(text, dialect, f"MergeSpec.{name}")
 
     @property
     def history(self) -> tuple[str, str, str]:

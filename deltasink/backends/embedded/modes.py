@@ -84,7 +84,7 @@ def replace_slice(
     then commits the marker alone). Returns (rows inserted, rows deleted): delta-rs
     reports no deleted rows for an overwrite, so they are counted first, on the
     snapshot the overwrite replaces (files pruned by the predicate)."""
-    predicate = replace_predicate(spec, values)
+    predicate = replace_predicate(spec, values, target=arrow_schema(table))
     if predicate is None:
         return 0, 0
     query = f"SELECT count(*) AS n FROM {TARGET} WHERE {predicate}"
@@ -144,6 +144,7 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         has_delete=flag is not None,
         prune=key_ranges(values, spec.keys) if prune else None,
         has_guard=guard is not None,
+        target=arrow_schema(table),
     )
     merger = table.merge(
         source,

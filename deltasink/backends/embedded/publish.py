@@ -28,6 +28,7 @@ from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
 from deltasink.shapes.schema import align_to_target
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
@@ -115,7 +116,9 @@ class TargetWriter(TargetLog):
         table = self.open(fresh=False)
         if table is None:  # the first version creates the target: nothing to delete
             return
-        rendered = spec.predicate("not_matched_by_source_condition", "delta-rs")
+        rendered = spec.predicate(
+            "not_matched_by_source_condition", "delta-rs", types_of(arrow_schema(table))
+        )
         try:
             query = f"SELECT 1 FROM {TARGET} WHERE {rendered} LIMIT 0"
             QueryBuilder().register(TARGET, table).execute(query).read_all()

@@ -23,6 +23,7 @@ from deltasink.input.batch import SCD2_DUPLICATES, check_required, collect, prep
 from deltasink.input.keys import nan_key_error
 from deltasink.input.rows import check_row_predicates
 from deltasink.input.sql import DELETE_COLUMN, delete_expr, quote
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 
 from .prune import bound_exprs, predicate_from_bounds, prunable_keys
@@ -136,11 +137,11 @@ def prepare_frame(
     zero = collect_empty(df, spec)  # names; delete_when analysed by the df's session
     check_required(zero, spec)  # missing key / sequence_by columns
     if spec.replace_where or spec.target_predicate:  # every row satisfies them
-        check_row_predicates(df, spec, zero.column_names)
+        check_row_predicates(df, spec, zero.column_names, types_of(zero.schema))
     target_arrow: pa.Schema | None = None if target is None else spark_empty(target).schema
     if expected is not None:
         target_arrow = expected.schema
-    frame = df.selectExpr("*", delete_expr(spec)) if spec.delete_when else df
+    frame = df.selectExpr("*", delete_expr(spec, types_of(zero.schema))) if spec.delete_when else df
     frame, float_keys = _normalise_keys(frame, spec.keys)
     not_null = [
         f.name
@@ -212,6 +213,8 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
     condition = spec.not_matched_by_source_condition
     if condition is None or target is None:
         return
+    # as the embedded engine (deltasink recover) would translate it for the target
+    spec.predicate("not_matched_by_source_condition", "delta-rs", types_of(target.schema))
     rendered = spec.predicate("not_matched_by_source_condition", "spark")
     try:
         # A projection over the filter: Spark Connect answers a filter's ``schema`` from

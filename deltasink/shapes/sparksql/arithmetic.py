@@ -1,0 +1,116 @@
+"""Arithmetic in a predicate (part of :class:`~.walker.Walker`): Spark's result types,
+integers computed exactly and narrowed back with an overflow check, ``/`` as doubles,
+``div`` as integers, ``%`` with the dividend's sign; a divisor must be a non-zero
+literal for delta-rs (Spark fails on zero in ANSI mode; DataFusion returns infinity)."""
+
+from __future__ import annotations
+
+import sqlglot.expressions as exp
+
+from .base import DELTA_RS, UNKNOWN, Base, Typed
+from .base import EXACT as _EXACT
+from .literals import Refusal
+from .types import DOUBLE, SqlType, arithmetic_type
+
+__all__ = ["ARITHMETIC", "Arithmetic"]
+
+ARITHMETIC: dict[type, str] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*"}
+
+
+class Arithmetic(Base):
+    """Arithmetic rules of the walker."""
+
+    # -- arithmetic --------------------------------------------------------------------
+
+    def arithmetic(self, node: exp.Binary) -> Typed:
+        op = ARITHMETIC[type(node)]
+        left, right = self.walk(node.this), self.walk(node.expression)
+        for part in (left, right):
+            self.need_number(part, op)
+        if UNKNOWN in (left.type, right.type):
+            return Typed(f"({left.sql} {op} {right.sql})", UNKNOWN)
+        kind = arithmetic_type(op, self.numeric(left), self.numeric(right))
+        if kind is None:
+            raise Refusal(
+                f"{op} of {left.type} and {right.type}",
+                "its decimal result would be wider than 38 digits, where Spark rounds",
+                "CAST the operands to narrower decimals",
+            )
+        if kind.integral:
+            a, b = self.cast(left, _EXACT), self.cast(right, _EXACT)
+            return self.exact(f"({a.sql} {op} {b.sql})", kind, node)
+        if kind.name == "decimal":
+            a, b = (
+                self.cast(left, left.type.as_decimal()),
+                self.cast(right, right.type.as_decimal()),
+            )
+            return Typed(self.cast_sql(f"({a.sql} {op} {b.sql})", kind, kind), kind)
+        a, b = self.cast(left, kind), self.cast(right, kind)
+        return Typed(f"({a.sql} {op} {b.sql})", kind)
+
+    @staticmethod
+    def numeric(part: Typed) -> SqlType:
+        return SqlType("int") if part.type.name == "void" else part.type
+
+    def divisor(self, part: Typed, op: str, *, minus_one: bool) -> None:
+        """``op``'s divisor must be a non-zero number literal on delta-rs: Spark fails
+        on a zero divisor in ANSI mode, DataFusion gives infinity or fails."""
+        value = part.value
+        if part.literal and value is not None and value != 0 and (minus_one or value != -1):
+            return
+        if part.type.name == "unknown" and not part.literal:
+            pass
+        self.refuse(
+            f"{op} by {'a column or expression' if not part.literal else part.value}",
+            "Spark fails on a zero divisor (ANSI mode) where DataFusion returns infinity "
+            "or null; deltasink divides only by a non-zero number literal"
+            + ("" if minus_one else " other than -1 (the smallest integer overflows)"),
+            f"divide by a literal (x {op} 2), or multiply the other side (x > 2 * y, for "
+            "positive y)",
+            on=DELTA_RS,
+        )
+
+    def divide(self, node: exp.Div) -> Typed:
+        left, right = self.walk(node.this), self.walk(node.expression)
+        for part in (left, right):
+            self.need_number(part, "/")
+        if "decimal" in (left.type.name, right.type.name):
+            raise Refusal(
+                "/ of a decimal",
+                "Spark's decimal division rounds to a scale of its own; the other engines "
+                "round differently",
+                "CAST the operands to DOUBLE, or compare a product (x > 2.5 * y)",
+            )
+        self.divisor(right, "/", minus_one=True)
+        a, b = self.cast(left, DOUBLE), self.cast(right, DOUBLE)
+        return Typed(f"({a.sql} / {b.sql})", DOUBLE)
+
+    def modulo(self, node: exp.Mod) -> Typed:
+        left, right = self.walk(node.this), self.walk(node.expression)
+        for part in (left, right):
+            self.need_number(part, "%")
+        if "decimal" in (left.type.name, right.type.name):
+            raise Refusal("% of a decimal", "deltasink does not translate it", "CAST to an integer")
+        self.divisor(right, "%", minus_one=False)
+        if UNKNOWN in (left.type, right.type):
+            return Typed(f"({left.sql} % {right.sql})", UNKNOWN)
+        kind = arithmetic_type("%", self.numeric(left), self.numeric(right))
+        assert kind is not None
+        a, b = self.cast(left, kind), self.cast(right, kind)
+        return Typed(f"({a.sql} % {b.sql})", kind)
+
+    def int_divide(self, node: exp.IntDiv) -> Typed:
+        left, right = self.walk(node.this), self.walk(node.expression)
+        for part in (left, right):
+            if part.type.name not in ("unknown", "void") and not part.type.integral:
+                raise Refusal(
+                    f"div of a {part.type}",
+                    "deltasink takes div over integers only",
+                    "CAST the operands to BIGINT",
+                )
+        self.divisor(right, "div", minus_one=False)
+        bigint = SqlType("bigint")
+        a, b = self.cast(left, bigint), self.cast(right, bigint)
+        if self.dialect == "spark":
+            return Typed(f"({a.sql} div {b.sql})", bigint)
+        return Typed(f"({a.sql} / {b.sql})", bigint)

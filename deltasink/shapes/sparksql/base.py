@@ -1,0 +1,229 @@
+"""What the predicate walker's parts share: a typed piece of output, the evaluators a
+field reaches, how its columns are named, and the walker's refusal and cast helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import sqlglot.expressions as exp
+
+from .literals import Dialect, Refusal, emit, integral_bounds
+from .types import STRING, SqlType
+
+__all__ = [
+    "DELTA_RS",
+    "EXACT",
+    "NO_VALUE",
+    "SAIL",
+    "UNKNOWN",
+    "Base",
+    "Evaluator",
+    "Scope",
+    "Typed",
+]
+
+#: The engines deltasink hands predicates to besides Spark itself: the embedded
+#: engine's Sail (Spark SQL, its own implementation) and delta-rs (DataFusion).
+Evaluator = Literal["sail", "delta-rs"]
+SAIL: frozenset[Evaluator] = frozenset({"sail"})
+DELTA_RS: frozenset[Evaluator] = frozenset({"delta-rs"})
+EVERY: frozenset[Evaluator] = frozenset({"sail", "delta-rs"})
+
+#: The type of a column when the schema is not known yet (the spec being built): rules
+#: that need types wait for the first batch.
+UNKNOWN = SqlType("unknown")
+#: Integer arithmetic is computed in this decimal: it holds every integral value, and the
+#: product of two (38 digits).
+EXACT = SqlType("decimal", 20, 0)
+#: The text an out-of-range value fails with (``'128 overflows'`` does not convert).
+OVERFLOWS = " overflows"
+NO_VALUE = object()
+
+
+class Typed(NamedTuple):
+    """A translated sub-expression: its text, its Spark type, and its value when it is a
+    literal (:data:`NO_VALUE` otherwise)."""
+
+    sql: str
+    type: SqlType
+    value: object = NO_VALUE
+
+    @property
+    def literal(self) -> bool:
+        return self.value is not NO_VALUE
+
+
+@dataclass(frozen=True)
+class Scope:
+    """How a field names its columns.
+
+    Attributes:
+        qualifier: ``"never"`` (plain column names: the batch's or the target's),
+            ``"required"`` (``t.col`` only: a MERGE condition, where ``s`` is the batch)
+            or ``"optional"`` (``t.col`` or ``col``, both the target's).
+        alias: The qualifier written out (``"t"``), or ``None``.
+    """
+
+    qualifier: Literal["never", "required", "optional"] = "never"
+    alias: str | None = None
+
+
+class Base:
+    """State and helpers of a walk over one predicate."""
+
+    def __init__(
+        self,
+        *,
+        columns: Mapping[str, SqlType] | None,
+        dialect: Dialect,
+        evaluators: frozenset[Evaluator],
+        scope: Scope,
+    ) -> None:
+        self.columns = columns
+        self.by_lower = None if columns is None else {name.lower(): name for name in columns}
+        self.dialect = dialect
+        self.evaluators = evaluators
+        self.scope = scope
+        #: Conditions under which the part being walked is not evaluated by Spark (the
+        #: right side of AND/OR once the left decides, a CASE branch not taken...): a
+        #: range check there must not fail (:meth:`narrow`).
+        self.skips: list[str] = []
+
+    def skipping(self, condition: str) -> _Skip:
+        """``with self.skipping(c):`` walk a part Spark evaluates only when ``c`` is not
+        true (``""``: always evaluated)."""
+        return _Skip(self.skips, condition)
+
+    @property
+    def typed(self) -> bool:
+        """Whether column types are known (else typed rules wait)."""
+        return self.columns is not None
+
+    def refuse(
+        self, construct: str, why: str, way_out: str, on: frozenset[Evaluator] = EVERY
+    ) -> None:
+        """Refuse ``construct`` when this field reaches an evaluator of ``on``."""
+        if self.evaluators & on:
+            raise Refusal(construct, why, way_out)
+
+    def cast(self, part: Typed, to: SqlType) -> Typed:
+        """``part`` converted to ``to`` (a literal converted in Python, under Spark's rules)."""
+        if part.type == to or to.name == "unknown" or part.type.name == "unknown":
+            return part
+        if part.literal:
+            from .literals import convert
+
+            value = convert(part.value, part.type, to)
+            return Typed(emit(value, to, self.dialect), to, value)
+        return Typed(self.cast_sql(part.sql, part.type, to), to)
+
+    def cast_sql(self, sql: str, source: SqlType, to: SqlType) -> str:
+        """``CAST`` text in this walk's dialect (timestamps keep microseconds)."""
+        if self.dialect == "datafusion" and to.name in ("timestamp", "timestamp_ntz"):
+            zone = 'Some("UTC")' if to.name == "timestamp" else "None"
+            return f"arrow_cast({sql}, 'Timestamp(Microsecond, {zone})')"
+        if self.dialect == "spark":
+            if to.name == "decimal":
+                return f"CAST({sql} AS DECIMAL({to.precision},{to.scale}))"
+            return f"CAST({sql} AS {str(to).upper()})"
+        return f"CAST({sql} AS {to.datafusion()})"
+
+    def quote(self, name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    def walk(self, node: exp.Expr) -> Typed:  # pragma: no cover - the walker's
+        raise NotImplementedError
+
+    def unify(self, parts: list[Typed], where: str) -> list[Typed]:  # pragma: no cover
+        raise NotImplementedError
+
+    def need_boolean(self, part: Typed, where: str) -> None:
+        if part.type.name not in ("boolean", "void", "unknown"):
+            raise Refusal(
+                f"{where} over a {part.type}",
+                "Spark takes only booleans there",
+                "compare the value, e.g. col = 1",
+            )
+
+    def need_number(self, part: Typed, where: str) -> None:
+        if part.type.name not in ("void", "unknown") and not part.type.numeric:
+            raise Refusal(
+                f"{where} over a {part.type}",
+                "deltasink does arithmetic on numbers only",
+                "convert the value to a number first",
+            )
+
+    def exact(self, sql: str, kind: SqlType, node: exp.Expr) -> Typed:
+        """An exact (:data:`EXACT`) integer result of ``node`` converted back to
+        ``kind``: an overflow fails, as in Spark's ANSI mode (:meth:`narrow`)."""
+        return Typed(self.narrow(sql, EXACT, kind, node), kind)
+
+    def narrow(self, sql: str, source: SqlType, kind: SqlType, node: exp.Expr) -> str:
+        """``CAST(sql AS kind)`` to an integral ``kind`` that fails, as Spark's ANSI
+        mode does, when the value (truncated toward zero) is out of ``kind``'s range.
+
+        The range is checked in the expression itself: DataFusion (and Sail, built on
+        it) drop a narrowing ``CAST`` that is compared with a literal, and the failure
+        with it. The text of an out-of-range value does not convert, on every engine
+        (nor does NaN's). A constant ``node`` is converted plainly: the engines fold it
+        (a failure then fails the query, as Spark's does), where they would also fold
+        the failing branch."""
+        converted = self.cast_sql(sql, source, kind)
+        if not any(isinstance(n, exp.Column) for n in node.walk()):
+            return converted
+        low, high = integral_bounds(kind)
+        if source.integral or (source.name == "decimal" and source.scale == 0):
+            inside = f"{sql} BETWEEN {emit(low, source, self.dialect)} AND {emit(high, source, self.dialect)}"
+        elif source.name == "decimal":
+            from decimal import Decimal
+
+            step = Decimal(1).scaleb(-source.scale)
+            below, above = Decimal(low - 1).quantize(step), Decimal(high + 1).quantize(step)
+            wide = SqlType("decimal", max(source.precision, 21) + 1, source.scale)
+            sql_wide = self.cast_sql(sql, source, wide)
+            inside = (
+                f"{sql_wide} > {emit(below, wide, self.dialect)}"
+                f" AND {sql_wide} < {emit(above, wide, self.dialect)}"
+            )
+        else:
+            double = SqlType("double")
+            as_double = self.cast_sql(sql, source, double) if source.name == "float" else sql
+            # -2**63 - 1 is no double: bigint takes >= -2**63, narrower types > low - 1
+            lower = (
+                f">= {emit(float(low), double, self.dialect)}"
+                if kind.name == "bigint"
+                else f"> {emit(float(low - 1), double, self.dialect)}"
+            )
+            upper = f"< {emit(float(high + 1), double, self.dialect)}"
+            inside = f"{as_double} {lower} AND {as_double} {upper}"
+        text = self.cast_sql(sql, source, STRING)
+        fails = self.cast_sql(f"({text} || '{OVERFLOWS}')", STRING, kind)  # null stays null
+        # where Spark would not evaluate this part, neither fail: DataFusion evaluates
+        # both sides of AND/OR, and rewrites a boolean CASE into them
+        skip = " OR ".join(f"({s})" for s in self.skips if s)
+        skipped = f" WHEN {skip} THEN {emit(None, kind, self.dialect)}" if skip else ""
+        return f"(CASE WHEN {inside} THEN {converted}{skipped} ELSE {fails} END)"
+
+    def nan_safe(self, part: Typed) -> Typed:
+        """A float or double with every NaN made the one NaN Spark has: DataFusion and
+        Sail order a NaN with the sign bit set (what x86 arithmetic yields, e.g.
+        inf % 7) below every number, Spark above, equal to every other NaN."""
+        if not part.type.fractional or part.literal:
+            return part
+        nan = emit(float("nan"), part.type, self.dialect)
+        return part._replace(sql=f"(CASE WHEN isnan({part.sql}) THEN {nan} ELSE {part.sql} END)")
+
+
+class _Skip:
+    """The context manager of :meth:`Base.skipping`."""
+
+    def __init__(self, skips: list[str], condition: str) -> None:
+        self.skips, self.condition = skips, condition
+
+    def __enter__(self) -> None:
+        self.skips.append(self.condition)
+
+    def __exit__(self, *exc: object) -> None:
+        self.skips.pop()

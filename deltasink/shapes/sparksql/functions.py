@@ -1,0 +1,318 @@
+"""Functions and ``CAST`` in a predicate: each written out with Spark's meaning for Spark
+and Sail, and translated for DataFusion (delta-rs), or refused.
+
+Where DataFusion's function of the same name means something else, the translation
+spells Spark's meaning out: ``substring`` (Spark counts a position 0 as 1 and a negative
+one from the end), ``concat`` (null if any argument is), ``floor``/``ceil`` of a double
+(Spark returns a ``bigint``, 0 for NaN, clamped to its range), ``date_format`` (Java's
+pattern letters, translated to strftime's for the few deltasink accepts), ``year`` and
+friends (an ``int``), ``isnan`` (false for null).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlglot.expressions as exp
+
+from .base import DELTA_RS, EVERY, Base, Typed
+from .literals import Refusal
+from .strings import Strings
+from .types import BOOLEAN, INT, SqlType
+
+__all__ = ["Functions", "type_of"]
+
+_TYPES = {
+    "BOOLEAN": "boolean",
+    "TINYINT": "tinyint",
+    "SMALLINT": "smallint",
+    "INT": "int",
+    "BIGINT": "bigint",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "TEXT": "string",
+    "DATE": "date",
+    "TIMESTAMPTZ": "timestamp",
+    "TIMESTAMPLTZ": "timestamp",
+    "TIMESTAMPNTZ": "timestamp_ntz",
+}
+_JAVA_PATTERN = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+_PATTERN_TEXT = set("-/:. T_")
+_PARTS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day"}
+_BIGINT = SqlType("bigint")
+
+
+def type_of(node: exp.DataType) -> SqlType:
+    """The Spark type a ``CAST`` names, or a :class:`Refusal`."""
+    name = node.this.name if hasattr(node.this, "name") else str(node.this)
+    if name == "DECIMAL":
+        params = [int(p.this.this) for p in node.expressions]
+        precision, scale = (params + [10, 0][len(params) :])[:2] if params else (10, 0)
+        return SqlType("decimal", precision, scale)
+    if name in _TYPES:
+        return SqlType(_TYPES[name])
+    raise Refusal(
+        f"CAST AS {node.sql('spark')}",
+        "deltasink translates casts to scalar types only",
+        "cast to a number, decimal, string, boolean, date or timestamp",
+    )
+
+
+class Functions(Strings, Base):
+    """The function and cast rules of :class:`~.walker.Walker`."""
+
+    def function(self, node: exp.Expr) -> Typed:
+        handler = _FUNCTIONS.get(type(node))
+        if handler is None:
+            name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
+            if isinstance(node, exp.Anonymous):
+                name = str(node.this)
+            raise Refusal(
+                f"{name.lower()}",
+                "it is not among the constructs deltasink proves equal to Spark on every "
+                "engine (docs/predicates.md lists them)",
+                "rewrite it with the constructs listed there, or compute the value in the "
+                "job as a column of the batch",
+            )
+        return handler(self, node)  # type: ignore[no-any-return]
+
+    # -- CAST ----------------------------------------------------------------------------
+
+    def cast_node(self, node: exp.Cast) -> Typed:
+        if isinstance(node, exp.TryCast) and node.args.get("safe"):
+            raise Refusal(
+                "try_cast",
+                "its null for a failed conversion depends on each engine's parser",
+                "CAST a value you know converts",
+            )
+        if node.args.get("format"):
+            raise Refusal("CAST ... FORMAT", "not Spark SQL", "write CAST(x AS type)")
+        target = type_of(node.to)
+        part = self.walk(node.this)
+        source = part.type
+        if part.literal or source.name in ("unknown", "void") or source == target:
+            return self.cast(part, target)
+        rule = _cast_rule(source, target)
+        if rule is not None:
+            why, on = rule
+            self.refuse(
+                f"CAST of a {source} AS {target}",
+                why,
+                "compare values of one type, or compute the value in the job",
+                on=on,
+            )
+        if target.integral and not (source.integral and _wider(target, source)) and source.numeric:
+            return Typed(self.narrow(part.sql, source, target, node), target)
+        return Typed(self.cast_sql(part.sql, source, target), target)
+
+    # -- numbers -------------------------------------------------------------------------
+
+    def abs_(self, node: exp.Abs) -> Typed:
+        part = self.walk(node.this)
+        self.need_number(part, "abs")
+        if part.type.integral:
+            exact = self.cast(part, SqlType("decimal", 20, 0))
+            return self.exact(f"abs({exact.sql})", part.type, node)
+        return Typed(f"abs({part.sql})", part.type)
+
+    def round_(self, node: exp.Round) -> Typed:
+        part = self.walk(node.this)
+        digits = node.args.get("decimals")
+        places = self.walk(digits) if digits is not None else Typed("0", INT, 0)
+        if not (places.literal and isinstance(places.value, int)) or places.value < 0:
+            raise Refusal(
+                "round with digits that are not a literal integer >= 0",
+                "deltasink rounds to a literal number of decimal places",
+                "write round(x, 2)",
+            )
+        kind = part.type
+        if kind.fractional:
+            raise Refusal(
+                f"round of a {kind}",
+                "Spark rounds the double's decimal text half up (round(1.005, 2) is 1.01); "
+                "Sail and DataFusion round its binary value (1.0)",
+                "keep the value in a decimal column and round that (round(amount, 2)), "
+                "or round in the job",
+            )
+        self.need_number(part, "round")
+        if kind.integral or kind.name in ("unknown", "void"):
+            return part if kind.integral else Typed(f"round({part.sql}, {places.value})", kind)
+        scale = min(kind.scale, places.value)
+        result = SqlType("decimal", min(38, kind.precision - kind.scale + scale + 1), scale)
+        return Typed(self.cast_sql(f"round({part.sql}, {places.value})", kind, result), result)
+
+    def floor_ceil(self, node: exp.Floor | exp.Ceil) -> Typed:
+        name = "floor" if isinstance(node, exp.Floor) else "ceil"
+        if node.args.get("decimals") or node.args.get("to"):
+            raise Refusal(
+                f"{name} with a scale", "deltasink translates floor(x) only", f"write {name}(x)"
+            )
+        part = self.walk(node.this)
+        kind = part.type
+        if kind.name == "decimal":
+            self.refuse(
+                f"{name} of a decimal",
+                "DataFusion's result is not Spark's decimal",
+                "CAST to DOUBLE first",
+                on=DELTA_RS,
+            )
+        self.need_number(part, name)
+        if kind.integral:
+            return Typed(self.cast_sql(part.sql, kind, _BIGINT), _BIGINT)
+        if self.dialect == "spark" or kind.name in ("unknown", "decimal"):
+            return Typed(f"{name}({part.sql})", _BIGINT if kind.fractional else kind)
+        whole = f"{name}({part.sql})"
+        big = "CAST('9223372036854775807' AS DOUBLE)"
+        small = "CAST('-9223372036854775808' AS DOUBLE)"
+        outside = f"isnan({part.sql}) OR {whole} >= {big} OR {whole} <= {small}"
+        # Spark: NaN is 0, beyond the range its ends; the ELSE never converts one of
+        # those (DataFusion folds a constant branch even when it is not taken)
+        return Typed(
+            f"(CASE WHEN isnan({part.sql}) THEN CAST(0 AS BIGINT) "
+            f"WHEN {whole} >= {big} THEN CAST(9223372036854775807 AS BIGINT) "
+            f"WHEN {whole} <= {small} THEN CAST(-9223372036854775808 AS BIGINT) "
+            f"ELSE CAST((CASE WHEN {outside} THEN CAST(0 AS DOUBLE) ELSE {whole} END) AS BIGINT) END)",
+            _BIGINT,
+        )
+
+    def isnan(self, node: exp.IsNan) -> Typed:
+        part = self.walk(node.this)
+        if part.type.name not in ("float", "double", "unknown", "void"):
+            raise Refusal(
+                f"isnan of a {part.type}", "Spark takes a double", "write isnan(x) of a double"
+            )
+        # Spark: isnan(null) is false; Sail and DataFusion: null
+        return Typed(f"coalesce(isnan({part.sql}), FALSE)", BOOLEAN)
+
+    # -- dates ---------------------------------------------------------------------------
+
+    def temporal(self, part: Typed, name: str) -> None:
+        kind = part.type.name
+        if kind == "timestamp":
+            self.refuse(
+                f"{name} of a timestamp",
+                "it reads the instant in the session's time zone, which the engines, "
+                "sessions and a later recovery need not share",
+                "compare the timestamp with TIMESTAMP '...Z' literals, or store the date "
+                "as a column",
+                on=DELTA_RS,
+            )
+        elif kind not in ("date", "timestamp_ntz", "unknown", "void", "timestamp"):
+            raise Refusal(
+                f"{name} of a {part.type}",
+                "Spark would first convert it to a date by rules that depend on ANSI mode",
+                f"apply {name} to a date column",
+            )
+
+    def date_part(self, node: exp.Func) -> Typed:
+        inner = node.this
+        if isinstance(inner, exp.TsOrDsToDate) and not inner.args.get("format"):
+            inner = inner.this
+        part = self.walk(inner)
+        name = _PARTS[type(node)]
+        self.temporal(part, name)
+        if self.dialect == "spark":
+            return Typed(f"{name}({part.sql})", INT)
+        return Typed(f"CAST(date_part('{name}', {part.sql}) AS INT)", INT)
+
+    def date_format(self, node: exp.TimeToStr) -> Typed:
+        inner = node.this
+        if isinstance(inner, exp.TimeStrToTime):
+            inner = inner.this
+        part = self.walk(inner)
+        self.temporal(part, "date_format")
+        spark_sql = node.sql("spark")
+        found = re.search(r",\s*'((?:[^'\\]|\\.)*)'\)$", spark_sql)
+        if not found or not isinstance(node.args.get("format"), exp.Literal):
+            raise Refusal(
+                "date_format with a format that is not a literal", "-", "write a literal format"
+            )
+        java = found.group(1)
+        chrono = _strftime(java)
+        if self.dialect == "spark":
+            return Typed(f"date_format({part.sql}, '{java}')", SqlType("string"))
+        return Typed(f"to_char({part.sql}, '{chrono}')", SqlType("string"))
+
+
+def _strftime(java: str) -> str:
+    out, rest = [], java
+    while rest:
+        for token, chrono in _JAVA_PATTERN.items():
+            if rest.startswith(token) and rest[len(token) : len(token) + 1] != token[0]:
+                out.append(chrono)
+                rest = rest[len(token) :]
+                break
+        else:
+            if rest[0] not in _PATTERN_TEXT:
+                raise Refusal(
+                    f"the date_format pattern '{java}'",
+                    "deltasink translates the letters yyyy MM dd HH mm ss and the "
+                    "separators - / : . space T only",
+                    "format with those (date_format(d, 'yyyy-MM-dd'))",
+                )
+            out.append(rest[0])
+            rest = rest[1:]
+    return "".join(out)
+
+
+def _wider(a: SqlType, b: SqlType) -> bool:
+    """Whether integral ``a`` holds every value of integral ``b``."""
+    order = ["tinyint", "smallint", "int", "bigint"]
+    return order.index(a.name) >= order.index(b.name)
+
+
+def _cast_rule(source: SqlType, target: SqlType) -> tuple[str, frozenset[Any]] | None:
+    """Why a ``CAST`` of a column from ``source`` to ``target`` is refused, and on which
+    evaluators; ``None`` when it is translated."""
+    s, t = source.name, target.name
+    numeric = source.numeric or s == "boolean"
+    if s == "binary" or t == "binary" or s == "other":
+        return "deltasink does not convert binary values", EVERY
+    if s == "string":
+        return (
+            "Spark's conversion of text (formats, spaces, ANSI mode errors) differs "
+            "from the other engines'",
+            EVERY,
+        )
+    if source.fractional and t == "decimal":
+        return "Spark converts the double's decimal text, the others its binary value", EVERY
+    if source.fractional and t == "string":
+        return "Spark writes doubles as 1.0E10, the others as 10000000000", EVERY
+    if s == "decimal" and t == "float":
+        return "the engines round a decimal to float differently", EVERY
+    if s == "decimal" and t == "double" and source.precision > 15:
+        return "a decimal of more than 15 digits may not give the same double", EVERY
+    if s == "decimal" and t == "boolean":
+        return "deltasink does not convert decimals to booleans", EVERY
+    if s == "boolean" and t in ("decimal", "date", "timestamp", "timestamp_ntz"):
+        return "Spark refuses it", EVERY
+    if s == "timestamp" or t == "timestamp":
+        if {s, t} <= {"timestamp", "date", "timestamp_ntz", "string"}:
+            return (
+                "it depends on the session's time zone, which the engines, sessions and "
+                "a later recovery need not share",
+                DELTA_RS,
+            )
+        return "deltasink does not convert between instants and numbers", EVERY
+    if s == "timestamp_ntz" and t != "date":
+        return "deltasink converts a timestamp_ntz to a date only", EVERY
+    if s == "date" and t not in ("string", "timestamp_ntz"):
+        return "deltasink converts a date to a string or timestamp_ntz only", EVERY
+    if (numeric and t in ("date", "timestamp_ntz")) or (t == "boolean" and not numeric):
+        return "Spark refuses it", EVERY
+    return None
+
+
+_FUNCTIONS: dict[type, Any] = {
+    exp.Cast: Functions.cast_node,
+    exp.TryCast: Functions.cast_node,
+    exp.Abs: Functions.abs_,
+    exp.Round: Functions.round_,
+    exp.Floor: Functions.floor_ceil,
+    exp.Ceil: Functions.floor_ceil,
+    exp.IsNan: Functions.isnan,
+    exp.TimeToStr: Functions.date_format,
+    **dict.fromkeys(_PARTS, Functions.date_part),
+    **Strings.HANDLERS,
+}

@@ -1,0 +1,188 @@
+"""The embedded engine gives each predicate setting Spark SQL's meaning: the cases that
+selected other rows than Spark, or were accepted and then failed at publish, each now
+behaving as Spark does (on Sail for the batch's rows, on delta-rs for the target's) or
+refused by name before anything is written. Spark's answers are given here (the
+differential suite, ``tests/test_predicate_differential.py``, asks Spark itself)."""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from deltasink import ConfigurationError, DeltaSink, MergeSpec, checks
+from tests import support
+
+#: Target rows: the issue's quantities 3 and 2, and columns for each case.
+ROWS = pa.table(
+    {
+        "id": pa.array([1, 2], pa.int64()),
+        "qty": pa.array([3, 2], pa.int32()),
+        "name": ["abc", "xy"],
+        "a": [None, "y"],
+        "b": ["x", "z"],
+        "Zone": ["EU", "US"],
+        "d": [datetime.date(2024, 1, 5), datetime.date(2024, 2, 5)],
+        "ts": pa.array(
+            [datetime.datetime(2024, 1, 1, 12, 0, 0, 1), datetime.datetime(2024, 1, 1, 11)],
+            pa.timestamp("us", tz="UTC"),
+        ),
+        "v": ["old", "old"],
+    }
+)
+
+
+def _target(tmp_path: Path, name: str) -> str:
+    path = str(tmp_path / name)
+    write_deltalake(path, ROWS)
+    return path
+
+
+def _contents(path: str) -> list[tuple[int, str]]:
+    table = DeltaTable(path).to_pyarrow_table(columns=["id", "v"])
+    return sorted(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+
+def _new(ids: list[int]) -> pa.Table:
+    rows = ROWS.filter(pa.array([i in ids for i in ROWS.column("id").to_pylist()]))
+    return rows.set_column(rows.schema.get_field_index("v"), "v", pa.array(["new"] * rows.num_rows))
+
+
+#: predicate over the rows (unqualified) -> the ids Spark selects
+SPARK_SELECTS = {
+    "qty / 2 = 1": [2],  # 3 / 2 is 1.5
+    "qty * 0.1 = 0.3": [1],  # exact decimals
+    "substring(name, 0, 2) = 'ab'": [1],  # position 0 is 1
+    "concat(a, b) IS NULL": [1],  # null in, null out
+    "ts < TIMESTAMP '2024-01-01 12:00:00Z'": [2],
+    "zone = 'EU'": [1],  # names resolve case-insensitively
+    "date_format(d, 'yyyy-MM') = '2024-01'": [1],
+    "if(qty > 2, true, false)": [1],
+}
+
+
+@pytest.mark.parametrize("text", sorted(SPARK_SELECTS))
+def test_replace_where_replaces_the_rows_spark_selects(tmp_path: Path, text: str) -> None:
+    target = _target(tmp_path, "t")
+    chosen = SPARK_SELECTS[text]
+    DeltaSink(target, "app", MergeSpec(mode="replace", replace_where=text)).write(_new(chosen), 0)
+    assert _contents(target) == [(i, "new" if i in chosen else "old") for i in (1, 2)]
+
+
+@pytest.mark.parametrize("text", sorted(SPARK_SELECTS))
+def test_target_predicate_matches_the_rows_spark_selects(tmp_path: Path, text: str) -> None:
+    target = _target(tmp_path, "t")
+    chosen = SPARK_SELECTS[text]
+    qualified = (
+        text.replace("qty", "t.qty").replace("(name", "(t.name").replace("(a, b", "(t.a, t.b")
+    )
+    qualified = (
+        qualified.replace("ts <", "t.ts <").replace("zone", "t.zone").replace("(d,", "(t.d,")
+    )
+    spec = MergeSpec(keys=["id"], target_predicate=qualified)
+    DeltaSink(target, "app", spec).write(_new(chosen), 0)
+    # one row per key: a selected row is updated, never inserted again
+    assert _contents(target) == [(i, "new" if i in chosen else "old") for i in (1, 2)]
+
+
+@pytest.mark.parametrize("text", sorted(SPARK_SELECTS))
+def test_not_matched_by_source_condition_deletes_the_rows_spark_selects(
+    tmp_path: Path, text: str
+) -> None:
+    target = _target(tmp_path, "t")
+    spec = MergeSpec(
+        keys=["id"], when_not_matched_by_source="delete", not_matched_by_source_condition=text
+    )
+    fresh = pa.Table.from_pylist([{"id": 9, "v": "new"}], schema=ROWS.schema)
+    DeltaSink(target, "app", spec).write(fresh, 0)
+    kept = [(i, "old") for i in (1, 2) if i not in SPARK_SELECTS[text]]
+    assert _contents(target) == [*kept, (9, "new")]
+
+
+@pytest.mark.parametrize("text", sorted(SPARK_SELECTS))
+def test_delete_when_and_expect_select_the_rows_spark_selects(
+    tmp_path: Path, text: str, spark: Any
+) -> None:
+    target = _target(tmp_path, "t")
+    chosen = SPARK_SELECTS[text]
+    DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when=text)).write(_new([1, 2]), 0)
+    assert _contents(target) == [(i, "new") for i in (1, 2) if i not in chosen]
+    sink = DeltaSink(
+        str(tmp_path / "e"), "app", MergeSpec(mode="append"), checks=[checks.expect(text)]
+    )
+    assert sink.write(_new(chosen), 0).quarantined_versions == []
+    assert sink.write(_new([1, 2]), 1).quarantined_versions == [1]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "construct"),
+    [
+        (
+            {"mode": "replace", "replace_where": "ts < TIMESTAMP '2024-01-01 12:00:00'"},
+            "without a zone",
+        ),
+        ({"mode": "replace", "replace_where": "name RLIKE '^a.c$'"}, "RLIKE"),
+        ({"keys": ["id"], "delete_when": "name RLIKE '^a.c$'"}, "RLIKE"),
+        ({"keys": ["id"], "target_predicate": "qty > 1"}, "unqualified column qty"),
+        ({"mode": "replace", "replace_where": "qty / id > 1"}, "/ by a column"),
+        ({"keys": ["id"], "delete_when": "d = current_date()"}, "current_date"),
+    ],
+)
+def test_what_an_engine_would_read_otherwise_is_refused_when_the_spec_is_built(
+    kwargs: dict[str, Any], construct: str
+) -> None:
+    with pytest.raises(
+        ConfigurationError, match=rf"MergeSpec\.\w+ .* uses .*{construct}.*Instead, "
+    ):
+        MergeSpec(**kwargs)
+
+
+def test_round_of_a_double_is_refused_at_the_first_batch_and_of_a_decimal_rounds_half_up(
+    tmp_path: Path,
+) -> None:
+    prices = pa.table({"id": [1, 2], "price": [1.005, 1.015]})
+    sink = DeltaSink(
+        str(tmp_path / "t"), "app", MergeSpec(keys=["id"], delete_when="round(price, 2) = 1.01")
+    )
+    with pytest.raises(ConfigurationError, match=r"round of a double.*round\(1\.005, 2\) is 1\.01"):
+        sink.write(prices, 0)
+    assert not (tmp_path / "t").exists()
+    assert support.staged_versions(sink.staging) == []
+    exact = pa.table(
+        {"id": [1, 2], "price": pa.array([Decimal("1.005"), Decimal("1.015")], pa.decimal128(6, 3))}
+    )
+    target = str(tmp_path / "u")
+    DeltaSink(target, "app", MergeSpec(keys=["id"])).write(exact, 0)
+    DeltaSink(target, "app2", MergeSpec(keys=["id"], delete_when="round(price, 2) = 1.01")).write(
+        exact, 0
+    )
+    assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [2]  # 1.005 -> 1.01
+
+
+def test_an_overflow_fails_the_write_as_in_spark_and_nothing_is_written(tmp_path: Path) -> None:
+    """Spark's ANSI mode fails on ``qty + 1`` for the largest int; Sail and DataFusion
+    would wrap around to the smallest and select the row."""
+    rows = pa.table({"id": pa.array([1], pa.int64()), "qty": pa.array([2**31 - 1], pa.int32())})
+    target = str(tmp_path / "t")
+    sink = DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when="qty + 1 < 0"))
+    with pytest.raises(Exception, match="overflows"):
+        sink.write(rows, 0)
+    assert not Path(target).exists()
+
+
+def test_an_expect_check_refused_for_the_column_types_is_refused_at_the_first_batch(
+    tmp_path: Path,
+) -> None:
+    prices = pa.table({"id": [1, 2], "price": [1.005, 1.015]})
+    target = str(tmp_path / "t")
+    check = checks.expect("round(price, 2) = 1.01")  # price could be a decimal: built
+    sink = DeltaSink(target, "app", MergeSpec(keys=["id"]), checks=[check])
+    with pytest.raises(ConfigurationError, match=r"checks\.expect .* uses round of a double"):
+        sink.write(prices, 0)
+    assert not Path(target).exists()
+    assert support.staged_versions(sink.staging) == []
