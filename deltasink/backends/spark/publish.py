@@ -309,7 +309,9 @@ class TargetWriter:
             history.createOrReplaceTempView(view)
             statement = history_merge_sql(t.target_ref, spec, list(history.columns), view, blank)
             try:
-                with delta_txn(spark, t.app_id, version, user_metadata=metadata):
+                with delta_txn(
+                    spark, t.app_id, version, user_metadata=metadata, extra=self._sql.write_confs
+                ):
                     spark.sql(statement).collect()
             finally:
                 spark.catalog.dropTempView(view)
@@ -371,7 +373,9 @@ class TargetWriter:
                 has_guard=guarded(spec, versions),
                 empty_as_null=string_partitions(self._sql, t.target_ref, spec.keys, target),
             )
-            with delta_txn(spark, t.app_id, version, user_metadata=metadata):
+            with delta_txn(
+                spark, t.app_id, version, user_metadata=metadata, extra=self._sql.write_confs
+            ):
                 spark.sql(statement).collect()
         _faults.point("publish.after_target_commit")
 
