@@ -276,3 +276,78 @@ def test_the_spark_engine_writes_timestamps_delta_rs_reads_back_exactly(
     monkeypatch.undo()
     assert DeltaSink(target, "old", engine="embedded").recover().committed_versions == [0]
     assert spark_ts(delta_spark, target) == iso([*expected, (11, EDGES[0][1]), (12, EDGES[2][1])])
+
+
+# -- a coalesced commit against another writer of the same app id ------------------------
+
+ROWS = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+def id_rows(version: int) -> pa.Table:
+    return pa.Table.from_pylist(
+        [{"id": version * 10 + i, "v": f"v{version}"} for i in (1, 2)], ROWS
+    )
+
+
+def foreign_commit(spark: Any, target: str, app: str, version: int) -> None:
+    """A plain Delta idempotent write of ``version``'s rows (another job, or a replaced
+    process, still writing with the same app id)."""
+    frame = spark.createDataFrame(id_rows(version).to_pylist(), "id long, v string")
+    writer = frame.write.format("delta").mode("append")
+    writer.option("txnAppId", app).option("txnVersion", str(version)).save(target)
+
+
+@pytest.mark.parametrize("engine", ["spark", "embedded"])
+def test_a_coalesced_commit_never_applies_a_version_another_writer_committed(
+    delta_spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """Versions 1 and 2 pending; while deltasink publishes them in one commit, another
+    writer of the same app id commits version 1 (with ``txnAppId``/``txnVersion``):
+    version 1 is in the target once, version 2 once, the marker at 2."""
+    from deltasink._faults import armed
+
+    target = str(tmp_path / "t")
+    extra = {"spark": delta_spark} if engine == "spark" else {}
+    writer = DeltaSink(target, "app", MergeSpec(mode="append"), engine=engine, **extra)
+    writer.write(id_rows(0), 0)
+    writer.pre_commit(id_rows(1), 1)
+    writer.pre_commit(id_rows(2), 2)
+
+    def other(versions: list[int]) -> None:
+        if versions == [1, 2]:
+            foreign_commit(delta_spark, target, "app", 1)
+
+    with armed("publish.before_target_commit", other):
+        report = writer.commit(2)
+    assert 2 in report.committed_versions
+    assert support.ids(target) == [1, 2, 11, 12, 21, 22]
+    assert support.marker(target, "app") == 2
+
+
+def test_a_foreign_commit_inside_the_last_moment_stops_the_writer_loudly(
+    delta_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment Delta leaves open: another writer commits version 1 after the spark
+    engine's last look at the marker and before its MERGE takes its snapshot. The
+    commit's own snapshot (its ``readVersion``) shows it: ``ForeignWriterError`` names
+    the version applied twice instead of a silent duplicate."""
+    from deltasink import ForeignWriterError
+    from deltasink.backends.spark.publish import TargetWriter
+
+    target = str(tmp_path / "t")
+    writer = DeltaSink(target, "app", MergeSpec(mode="append"), engine="spark", spark=delta_spark)
+    writer.write(id_rows(0), 0)
+    writer.pre_commit(id_rows(1), 1)
+    writer.pre_commit(id_rows(2), 2)
+    look = TargetWriter._last_look
+
+    def late(self: TargetWriter, versions: Any) -> None:
+        look(self, versions)
+        if list(versions) == [1, 2]:
+            foreign_commit(delta_spark, target, "app", 1)
+
+    monkeypatch.setattr(TargetWriter, "_last_look", late)
+    with pytest.raises(ForeignWriterError, match="committed version 1") as raised:
+        writer.commit(2)
+    assert raised.value.versions == (1,)
+    assert support.ids(target) == [1, 2, 11, 11, 12, 12, 21, 22]  # the damage, named
