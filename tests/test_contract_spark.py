@@ -68,6 +68,7 @@ CHILD_MODULES = (
     "tests/test_contract_spark.py",
     "tests/test_stream_reset_jvm.py",
     "tests/test_docs_jvm.py",
+    "tests/test_any_writer.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").
