@@ -48,7 +48,6 @@ class EmbeddedMaintenance:
         table = self.target.open()
         if table is None:
             return
-        self.target.check_rewrite(table)  # INT96 values delta-rs would write back wrapped
         if z_order_by:
             table.optimize.z_order(list(z_order_by))
         else:

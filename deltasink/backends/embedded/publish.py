@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
+from deltalake import CommitProperties, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.schema import Schema as DeltaSchema
 
@@ -100,11 +100,6 @@ class TargetWriter(TargetLog):
         )
         check_definition(spec, found, table=self.uri)
         self._definition_checked = True
-
-    def check_rewrite(self, table: DeltaTable) -> None:
-        """Before rewriting ``table``'s files (a compaction): refuse values delta-rs
-        would write back changed (:class:`~.timestamps.Int96Guard`)."""
-        self._int96.check(table)
 
     def check_values(self, spec: MergeSpec) -> None:
         """Before a version is staged: a mode that rewrites target files (every mode
@@ -206,7 +201,7 @@ class TargetWriter(TargetLog):
             what=f"the commit of version {version} into {self.uri}",
         )
         table = self.open(fresh=False) if result.outcome == "committed" else None
-        if table is not None and not self._int96.wraps(table):  # delta-rs would wrap them
+        if table is not None:
             compact_after_commit(
                 table, uri=self.uri, app_id=app_id, version=version, since_ms=since
             )

@@ -63,15 +63,6 @@ class Int96Guard:
         #: file path -> whether it holds INT96 values delta-rs reads wrapped
         self._verdicts: dict[str, bool] = {}
 
-    def wraps(self, table: DeltaTable) -> bool:
-        """Whether a file of ``table`` holds INT96 timestamps delta-rs reads wrapped
-        (a compaction must leave such a table alone)."""
-        try:
-            self.check(table)
-        except UnsupportedTableFeatureError:
-            return True
-        return False
-
     def check(self, table: DeltaTable) -> None:
         """Refuse a write that may rewrite a file of ``table`` holding INT96 timestamps
         outside the range delta-rs reads (see the module doc).
