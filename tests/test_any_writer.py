@@ -420,3 +420,29 @@ def test_any_writer_any_order_with_spark_leaves_the_table_the_rules_give(delta_s
 
     with compaction_from(2):
         run()
+
+
+@FULL
+def test_delta_auto_compaction_after_a_coalesced_commit_is_not_a_second_commit(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """Delta's auto compaction (``delta.autoOptimize.autoCompact``) runs in the spark
+    engine's session right after its commit and records that commit's ``userMetadata``:
+    the ledger still has each version once, and the coalesced commit's own-snapshot
+    check is made on the commit itself, not on the compaction."""
+    from deltalake import write_deltalake
+
+    target = str(tmp_path / "t")
+    for i in range(6):  # small files for the compaction to take
+        write_deltalake(target, id_rows(100 + i), mode="append")
+    DeltaTable(target).alter.set_table_properties({"delta.autoOptimize.autoCompact": "true"})
+    writer = DeltaSink(target, "app", MergeSpec(keys=["id"]), engine="spark", spark=delta_spark)
+    writer.pre_commit(id_rows(1), 1)
+    writer.pre_commit(id_rows(2), 2)
+    assert writer.commit(2).committed_versions == [1, 2]
+    operations = [
+        support.commit_info(target, v).get("operation") for v in support.log_commits(target)
+    ]
+    assert "OPTIMIZE" in operations  # Delta compacted after the commit
+    assert [e.versions for e in writer.history()] == [(1, 2)]
+    assert support.marker(target, "app") == 2

@@ -452,7 +452,12 @@ def check(world: World, oracle: Oracle, done: list[str]) -> None:
     for key in world.versions:
         ledger = [e.versions for e in history_from_commits(infos, key)]
         flat = [v for versions in ledger for v in versions]
-        assert len(flat) == len(set(flat)), f"{key}: a version in two commits {ledger}"
+        assert len(flat) == len(set(flat)), (
+            f"{key}: a version in two commits {ledger} after:\n  {trail}\n"
+            + "\n".join(
+                f"{i['version']}: {i.get('operation')} {i.get('userMetadata')}" for i in infos
+            )
+        )
         markers = support.txn_commits(world.target, key)
         assert all(len(at) == 1 for at in markers.values()), f"{key}: a marker twice {markers}"
 
