@@ -16,8 +16,9 @@ suspect when a timestamp column's statistics in the Delta log reach outside the 
 (or are missing); its Parquet footer then tells whether it stores INT96, and, without
 statistics, its values are read (as microseconds, exactly). INT64 timestamps (the
 protocol's, which delta-rs and the spark engine write) hold every instant from 0001 to
-9999 and pass. Verdicts are kept per file (files never change), so a steady writer
-reads only the log's statistics, once per write, for a target with timestamp columns.
+9999 and pass. Verdicts are kept per file (files never change) and per clean table
+version, so a steady writer reads only the log's statistics, once per target version,
+for a target with timestamp columns.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Int96Guard:
         self._fs: pafs.FileSystem | None = None
         #: file path -> whether it holds INT96 values delta-rs reads wrapped
         self._verdicts: dict[str, bool] = {}
+        #: The table (id, version) last found clean (a snapshot's files never change).
+        self._clean: tuple[str, int] | None = None
 
     def check(self, table: DeltaTable) -> None:
         """Refuse a write that may rewrite a file of ``table`` holding INT96 timestamps
@@ -70,13 +73,16 @@ class Int96Guard:
         Raises:
             UnsupportedTableFeatureError: Such a file is in the snapshot.
         """
+        snapshot = (str(table.metadata().id), table.version())
+        if snapshot == self._clean:
+            return
         if not any(_has_timestamp(field.type) for field in arrow_schema(table)):
             return
         actions = pa.table(table.get_add_actions(flatten=True))
-        if actions.num_rows == 0:
-            return
         bad = [path for path in self._suspects(actions) if self._holds_wrapped(path)]
-        if bad:
+        if not bad:
+            self._clean = snapshot
+        else:
             raise UnsupportedTableFeatureError(
                 f"the target {self.uri} holds timestamps stored as Parquet INT96 outside "
                 f"1677-09-21..2262-04-11 (in {len(bad)} file(s), e.g. {bad[0]}), written by "
