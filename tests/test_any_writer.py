@@ -132,10 +132,9 @@ def test_replace_by_an_empty_string_replaces_the_null_partition_another_writer_w
     assert read_both(delta_spark, target) == (expected, expected)
 
 
-@pytest.mark.parametrize("engine", sliced(["embedded", "spark"], ("spark",)))
-@pytest.mark.parametrize(
-    "coalesce", sliced([True, False], (True,)), ids=["coalesced", "one-by-one"]
-)
+@FULL  # five spark engine commits: make test-delta-spark (make test keeps the cheaper cases)
+@pytest.mark.parametrize("engine", ["embedded", "spark"])
+@pytest.mark.parametrize("coalesce", [True, False], ids=["coalesced", "one-by-one"])
 def test_null_safe_keys_over_empty_string_and_null_are_one_key(
     delta_spark: Any, tmp_path: Path, engine: str, coalesce: bool
 ) -> None:
