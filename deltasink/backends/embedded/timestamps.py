@@ -105,7 +105,7 @@ class Int96Guard:
             for name in actions.column_names
             if name.startswith("min.") and pa.types.is_timestamp(actions.schema.field(name).type)
         ]
-        suspect: Any = pa.array([not columns] * actions.num_rows)  # no statistics: unknown
+        suspect: Any = pa.array([not columns] * actions.num_rows, pa.bool_())  # none: unknown
         records: Any = (
             actions.column("num_records") if "num_records" in actions.column_names else None
         )
