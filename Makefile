@@ -45,7 +45,8 @@ test-generated: $(STAMP)
 # the local-cluster oracle, the planned streaming soak). Two processes side by side, one
 # per core: the suite on one classic JVM session, and the two tests that start JVMs of
 # their own (whose output follows). docs/reliability.md has the times.
-DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py
+DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
+	tests/test_any_writer.py
 DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py
 
 test-delta-spark: $(STAMP)

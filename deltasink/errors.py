@@ -29,7 +29,9 @@ what the caller should do next::
     │   │                          ``recover()`` finishes the job once the cause is gone
     │   └── AlreadyCommittedError  the version is already committed (e.g. ``abort``)
     ├── FencedError                another live writer with the same app_id took over;
-    │                              stop this one
+    │   │                          stop this one
+    │   └── ForeignWriterError     a writer outside deltasink's fencing committed a
+    │                              version of this app inside a coalesced run: stop it
     ├── QuarantinedError           a version failed its checks and waits (raised only
     │                              with ``on_quarantine="raise"``); abort or re-stage it
     └── StorageError               a table's storage or Delta log is unusable (unreadable,
@@ -52,6 +54,7 @@ __all__ = [
     "DeltaSinkError",
     "DuplicateKeyError",
     "FencedError",
+    "ForeignWriterError",
     "InvalidInputError",
     "InvalidKeyError",
     "InvalidVersionError",
@@ -319,6 +322,32 @@ class FencedError(DeltaSinkError):
         super().__init__(message, table=table, app_id=app_id)
         self.epoch = epoch
         self.current_epoch = current_epoch
+
+
+class ForeignWriterError(FencedError):
+    """Another writer with the same ``app_id``, outside this sink's fencing (a plain
+    Delta job writing with ``txnAppId``/``txnVersion``, a replaced process still
+    running), committed a version into the target in the moment before the spark
+    engine's coalesced commit of a run holding it took its snapshot: that version is in
+    the target twice. Raised after that commit, which cannot be undone: stop the other
+    writer and check those versions' rows by hand (``coalesce=False`` while another job
+    may still write with the app id leaves Delta's own check on every version).
+
+    Attributes:
+        versions: The versions the commit applied that the other writer had committed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        epoch: int,
+        versions: tuple[int, ...],
+        table: str | None = None,
+        app_id: str | None = None,
+    ) -> None:
+        super().__init__(message, epoch=epoch, current_epoch=epoch, table=table, app_id=app_id)
+        self.versions = versions
 
 
 class QuarantinedError(DeltaSinkError):

@@ -322,3 +322,16 @@ def test_foreach_batch_reads_the_logs_once_and_returns_its_report(target: str) -
     replay = sink.foreach_batch(pa.table({"id": [1], "v": ["a"]}), 0)
     assert (replay.results, replay.committed_version) == ((), 0)
     assert support.rows(target) == [{"id": 1, "v": "a"}]
+
+
+def test_an_empty_target_with_timestamps_takes_an_upsert(target: str) -> None:
+    """The INT96 check over a target without files (a date partition, a timestamp
+    column: statistics columns but no rows) finds nothing to refuse (found by the
+    writers model: it failed on Arrow's null-typed empty array)."""
+    from deltalake import write_deltalake
+
+    schema = pa.schema([("p", pa.date32()), ("k", pa.int64()), ("ts", pa.timestamp("us", "UTC"))])
+    write_deltalake(target, pa.Table.from_pylist([], schema), partition_by=["p"])
+    row = {"p": dt.date(1, 1, 1), "k": 1, "ts": dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)}
+    DeltaSink(target, "a", MergeSpec(keys=["p", "k"])).write(pa.Table.from_pylist([row], schema), 0)
+    assert support.rows(target, sort_by="k") == [row]

@@ -68,3 +68,19 @@ def test_the_spark_staging_ledger_reads_timestamps_the_same_way(utc_minus_5: Non
         ]
     )
     assert ledger.empty == {4: NOON_UTC}
+
+
+def test_an_auto_compaction_carrying_the_writes_user_metadata_applies_no_version() -> None:
+    """Delta's auto compaction on Spark runs as a post-commit hook in the writing
+    session, so its OPTIMIZE commit records the write's ``userMetadata``: it is not a
+    second commit of that version (seen with delta-spark 4.4 and
+    ``delta.autoOptimize.autoCompact=true``)."""
+    merge = {
+        "version": 5,
+        "timestamp": 1_700_000_000_000,
+        "operation": "MERGE",
+        "userMetadata": "deltasink commit app=app version=3 versions=2,3",
+    }
+    compaction = {**merge, "version": 6, "operation": "OPTIMIZE"}
+    (entry,) = history_from_commits([compaction, merge], "app")
+    assert (entry.target_version, entry.versions) == (5, (2, 3))

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink.backends.spark.prune import key_prune
-from deltasink.backends.spark.publish import guarded, merge_sql, source_sql
+from deltasink.backends.spark.sources import guarded, merge_sql, source_sql
 from deltasink.backends.spark.tables import table_ref
 from tests import support
 

@@ -8,6 +8,7 @@ refused), and one row per key (or the latest row per key with ``sequence_by``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from deltasink.errors import (
     KeyColumnError,
     SchemaMismatchError,
 )
+from deltasink.shapes.partitions import blank_keys
 from deltasink.shapes.schema import align_to_target, to_delta_types
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
@@ -179,6 +181,7 @@ def prepare(
     target_schema: pa.Schema | None,
     *,
     target: str,
+    blank: Sequence[str] = (),
 ) -> pa.Table:
     """Validate a collected batch and shape it for staging.
 
@@ -187,11 +190,15 @@ def prepare(
         spec: The merge spec.
         target_schema: The target's Arrow schema, or ``None`` if it does not exist yet.
         target: The target's name, for messages.
+        blank: The target's string partition columns (those of the ``TableSpec`` for a
+            new one): a null key value there is the key ``''``
+            (:func:`~deltasink.shapes.partitions.blank_keys`).
 
     Returns:
         The staged form: target types, nullable fields, float keys normalised
-        (:func:`normalise_keys`: -0.0 is 0.0), one row per key (for
-        ``upsert``/``insert``), the delete flag last when ``delete_when`` is set.
+        (:func:`normalise_keys`: -0.0 is 0.0), a string partition key's null made
+        ``''`` (the one null partition), one row per key (for ``upsert``/``insert``),
+        the delete flag last when ``delete_when`` is set.
 
     Raises:
         KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc.
@@ -214,7 +221,7 @@ def prepare(
         data = to_delta_types(data, table=target)
     if flag is not None:
         data = data.append_column(pa.field(DELETE_COLUMN, pa.bool_(), True), flag)
-    data = normalise_keys(data, spec.keys)
+    data = blank_keys(normalise_keys(data, spec.keys), spec.keys, blank)
     if spec.mode == "scd2":
         check_unique(data, spec.event_columns, SCD2_DUPLICATES)
     elif spec.keys:

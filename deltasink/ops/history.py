@@ -203,6 +203,11 @@ def _int(metrics: Mapping[str, Any], *names: str) -> int | None:
 
 
 def _versions(commit: Mapping[str, Any], app_id: str) -> tuple[int, ...] | None:
+    if commit.get("operation") == "OPTIMIZE":
+        # Delta's auto compaction on Spark is a post-commit hook of the writing session:
+        # its OPTIMIZE commit carries the session's userMetadata, so it names the batch
+        # the write it followed applied. It applies no version.
+        return None
     if commit.get("deltasink.appId") == app_id and "deltasink.batchVersion" in commit:
         version = int(commit["deltasink.batchVersion"])
         return tuple(int(v) for v in commit.get("deltasink.versions", [version]))

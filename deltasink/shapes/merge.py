@@ -67,10 +67,18 @@ class MergePlan:
     clauses: tuple[Clause, ...]
     insert_columns: tuple[str, ...]
     update_columns: tuple[str, ...]
+    #: String partition columns, whose ``''`` is written as null (the protocol's rule,
+    #: :mod:`deltasink.shapes.partitions`).
+    blank: tuple[str, ...] = ()
 
     def assignments(self, columns: Sequence[str]) -> dict[str, str]:
-        """``{quoted target column: source expression}`` for ``columns``."""
-        return {quote(c): f"{SOURCE}.{quote(c)}" for c in columns}
+        """``{quoted target column: source expression}`` for ``columns`` (``nullif(s.c,
+        '')`` for a string partition column: its ``''`` is written as null)."""
+        return {quote(c): self._value(c) for c in columns}
+
+    def _value(self, column: str) -> str:
+        value = f"{SOURCE}.{quote(column)}"
+        return f"nullif({value}, '')" if column in self.blank else value
 
     def apply_to(self, merger: Any) -> Any:
         """Add the clauses to a delta-rs ``TableMerger`` and return it."""
@@ -118,7 +126,7 @@ class MergePlan:
                 lines.append(f"{head} THEN UPDATE SET {sets}")
             else:
                 cols = ", ".join(quote(c) for c in self.insert_columns)
-                vals = ", ".join(f"{SOURCE}.{quote(c)}" for c in self.insert_columns)
+                vals = ", ".join(self._value(c) for c in self.insert_columns)
                 lines.append(f"{head} THEN INSERT ({cols}) VALUES ({vals})")
         return "\n".join(lines)
 
@@ -174,9 +182,9 @@ def replace_predicate(
         spark: Render literals for Spark SQL (else for delta-rs).
         target: For delta-rs: the target's schema, which ``replace_where`` is
             translated for (default: ``values``'s).
-        empty_as_null: Columns whose empty string the target reads back as null
-            (Delta's string partition columns on Delta-Spark): ``''`` selects the
-            null rows too.
+        empty_as_null: The target's string partition columns, whose ``''`` is null
+            (:mod:`deltasink.shapes.partitions`): ``''`` selects the null partition
+            (and a ``""`` another writer recorded).
 
     Raises:
         ValueError: A ``replace_by`` value of a type without a literal here (the batch
@@ -209,15 +217,19 @@ def replace_predicate(
     return " AND ".join(parts)
 
 
-def key_ranges(batch: pa.Table, keys: Sequence[str]) -> str | None:
+def key_ranges(batch: pa.Table, keys: Sequence[str], *, skip: Sequence[str] = ()) -> str | None:
     """A predicate on the target restricting each key to the batch's [min, max].
 
     Added to the MERGE condition it lets the engine skip target files whose key
     statistics cannot match (file pruning), which a plain ``t.k = s.k`` does not do
-    for a streamed source. Only for integer, string and date keys.
+    for a streamed source. Only for integer, string and date keys, and not for the
+    keys in ``skip`` (string partition columns: their stored null is the key ``''``,
+    which no range over ``t.k`` selects).
     """
     parts = []
     for key in keys:
+        if key in skip:
+            continue
         column = batch.column(key)
         if not (
             pa.types.is_integer(column.type)
@@ -259,36 +271,29 @@ def compile_merge(
         spark: Render the user's predicates (``target_predicate``,
             ``not_matched_by_source_condition``) for Spark SQL (else for delta-rs);
             either way re-emitted from their parse, never spliced as written.
-        empty_as_null: Key columns whose empty string the target reads back as null
-            (string partition columns on Delta-Spark): a batch's ``''`` matches such
-            a null (docs/guarantees.md, "One key, one rule").
         target: For delta-rs: the target's schema, which ``target_predicate`` and
             ``not_matched_by_source_condition`` are translated for (with Spark's
             meaning, :mod:`deltasink.shapes.sparksql`); needed when the spec has one.
+        empty_as_null: The target's string partition columns, whose ``''`` is null
+            (:mod:`deltasink.shapes.partitions`): a key there matches with
+            ``coalesce(t.k, '') = coalesce(s.k, '')`` (``''`` and null are the one null
+            partition, in either mode), and a value written there is ``nullif(s.c, '')``.
     """
     types = None if spark or target is None else types_of(target)
     dialect: Dialect = "spark" if spark else "delta-rs"
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
-    if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
-        # `a IS NOT DISTINCT FROM b AND c` as `a IS NOT DISTINCT FROM (b AND c)`
-        on = " AND ".join(
-            f"({TARGET}.{quote(k)} IS NOT DISTINCT FROM {SOURCE}.{quote(k)}"
-            + (
-                f" OR ({TARGET}.{quote(k)} IS NULL AND {SOURCE}.{quote(k)} = '')"
-                if k in empty_as_null
-                else ""
-            )
-            + ")"
-            for k in spec.keys
-        )
-    else:
-        on = " AND ".join(
-            f"coalesce({TARGET}.{quote(k)}, '') = {SOURCE}.{quote(k)}"
-            if k in empty_as_null
-            else f"{TARGET}.{quote(k)} = {SOURCE}.{quote(k)}"
-            for k in spec.keys
-        )
+
+    def equal(k: str) -> str:
+        t, s = f"{TARGET}.{quote(k)}", f"{SOURCE}.{quote(k)}"
+        if k in empty_as_null:  # '' and null: the one null partition
+            return f"coalesce({t}, '') = coalesce({s}, '')"
+        if spec.null_safe_keys:  # both engines parse it; parenthesised, DataFusion binds
+            # `a IS NOT DISTINCT FROM b AND c` as `a IS NOT DISTINCT FROM (b AND c)`
+            return f"({t} IS NOT DISTINCT FROM {s})"
+        return f"{t} = {s}"
+
+    on = " AND ".join(equal(k) for k in spec.keys)
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
@@ -320,4 +325,5 @@ def compile_merge(
                 spec.predicate("not_matched_by_source_condition", dialect, types),
             )
         )
-    return MergePlan(on, tuple(clauses), data_columns, updates)
+    blank = tuple(c for c in data_columns if c in empty_as_null)
+    return MergePlan(on, tuple(clauses), data_columns, updates, blank)

@@ -38,7 +38,7 @@ from deltasink.ops.origin import ORIGIN_KEY
 from deltasink.shapes.spec import MergeSpec
 
 from .history import commits
-from .tables import commit_file, plain, refresh, txn_version
+from .tables import arrow_schema, commit_file, plain, refresh, txn_version
 
 __all__ = ["StagingLog", "StagingSnapshot"]
 
@@ -243,6 +243,7 @@ class StagingLog:
             if version not in paths:
                 raise FileNotFoundError(f"version {version} is not staged in {self.uri}")
         filesystem = self.filesystem()
+        zones = _zoned_timestamps(table)
 
         many = len(versions) > 1
         local = is_local(self.uri)
@@ -253,16 +254,19 @@ class StagingLog:
                 if many and local and len(files) == 1 and sizes[version] <= _SMALL_VERSION:
                     # One of many small versions: one plain file read, on this thread.
                     with filesystem.open_input_file(files[0]) as source:
-                        data = pq.ParquetFile(source, pre_buffer=False).read(use_threads=False)
+                        parquet = pq.ParquetFile(
+                            source, pre_buffer=False, coerce_int96_timestamp_unit=_INT96_UNIT
+                        )
+                        data = parquet.read(use_threads=False)
                 else:
-                    dataset = ds.dataset(files, filesystem=filesystem, format="parquet")
+                    dataset = ds.dataset(files, filesystem=filesystem, format=_PARQUET)
                     data = dataset.to_table()
             except OSError as exc:
                 raise self._unreadable(version, exc) from exc
             # Files the spark engine staged may carry the partition column too.
             if VERSION_COLUMN in data.column_names:
                 data = data.drop_columns([VERSION_COLUMN])
-            return data
+            return _with_zones(data, zones)
 
         if not many or local:
             # Local files: serial single-file reads beat a thread pool of datasets
@@ -308,7 +312,9 @@ class StagingLog:
                 continue  # an empty version: no file, no columns to fold
             try:
                 with filesystem.open_input_file(first[version]) as source:
-                    schema = pq.read_schema(source)
+                    schema = pq.ParquetFile(
+                        source, coerce_int96_timestamp_unit=_INT96_UNIT
+                    ).schema_arrow
             except OSError as exc:
                 raise self._unreadable(version, exc) from exc
             names = [n for n in schema.names if n != VERSION_COLUMN]
@@ -326,6 +332,32 @@ class StagingLog:
         return self._fs
 
 
+def _zoned_timestamps(table: DeltaTable) -> dict[str, pa.DataType]:
+    """The staging table's ``TIMESTAMP`` columns (instants, UTC) by name."""
+    schema = arrow_schema(table)
+    return {f.name: f.type for f in schema if pa.types.is_timestamp(f.type) and f.type.tz}
+
+
+def _with_zones(data: pa.Table, zones: Mapping[str, pa.DataType]) -> pa.Table:
+    """``data`` with each zone-less timestamp column the staging table types as an
+    instant read as one: Parquet INT96 (Spark's default) carries no zone, but holds
+    UTC instants, so this only labels the values."""
+    for i, field in enumerate(data.schema):
+        wanted = zones.get(field.name)
+        if wanted is not None and pa.types.is_timestamp(field.type) and not field.type.tz:
+            kind = pa.timestamp(field.type.unit, wanted.tz)  # type: ignore[attr-defined]
+            data = data.set_column(i, field.with_type(kind), data.column(i).cast(kind))
+    return data
+
+
+#: Spark (the spark engine before it set ``TIMESTAMP_MICROS``, or any Spark job) writes
+#: ``TIMESTAMP`` as Parquet INT96, which Arrow reads as nanoseconds by default and wraps
+#: outside 1677-2262 (``0001-01-01`` read as 1754): read as microseconds, Delta's
+#: precision, exact for every instant Spark writes.
+_INT96_UNIT = "us"
+_PARQUET = ds.ParquetFileFormat(
+    read_options=ds.ParquetReadOptions(None, coerce_int96_timestamp_unit=_INT96_UNIT)
+)
 #: A staged version up to this size (one file) is read on the calling thread when
 #: several are read together: a plain file read costs less than a dataset's set-up.
 _SMALL_VERSION = 8 << 20

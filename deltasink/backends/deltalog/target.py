@@ -91,6 +91,13 @@ class TargetLog:
             return None
         return txn_version(table, app_id)
 
+    def marker_at(self, table_version: int, app_id: str) -> int | None:
+        """The ``txn`` version of ``app_id`` in the target's snapshot ``table_version``
+        (the snapshot a commit read, from its ``readVersion``)."""
+        table = DeltaTable(self.uri, version=table_version, storage_options=self._options)
+        version: int | None = table.transaction_version(app_id)
+        return version
+
     def last_commit_of(self, app_id: str) -> int | None:
         """The (highest) version of ``app_id``'s newest commit in the target's retained
         history (its commit metadata, not its ``txn`` marker), or ``None`` if the

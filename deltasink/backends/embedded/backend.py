@@ -184,6 +184,7 @@ class EmbeddedBackend(SchemaFit, Claims):
             )
         data = self._prepare(batch, spec, self._schema_before(version), version)
         self.target.check_writable(data.column_names)
+        self.target.check_values(spec)
         self.target.check_condition(spec)
         self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)

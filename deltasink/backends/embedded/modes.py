@@ -17,6 +17,7 @@ from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
+from deltasink.shapes.partitions import blank_as_null
 from deltasink.shapes.spec import MergeMode, MergeSpec
 
 from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
@@ -41,6 +42,18 @@ class ModeBatch(NamedTuple):
     props: CommitProperties
     #: The target's location (for messages).
     uri: str
+    #: The target's string partition columns, whose ``''`` is null
+    #: (:mod:`deltasink.shapes.partitions`).
+    blank: tuple[str, ...] = ()
+    #: Called before a write that rewrites target files (MERGE, overwrite, SCD2):
+    #: refuses a target whose files delta-rs would read back wrong
+    #: (:class:`~.timestamps.Int96Guard`).
+    before_rewrite: Callable[[DeltaTable], None] | None = None
+
+    def rewrites(self) -> None:
+        """Run :attr:`before_rewrite` on this attempt's table."""
+        if self.before_rewrite is not None:
+            self.before_rewrite(self.table)
 
 
 def append(
@@ -50,8 +63,10 @@ def append(
     props: CommitProperties,
     *,
     max_commit_retries: int | None = None,
+    blank: tuple[str, ...] = (),
 ) -> int:
-    """Append ``values`` (absent nullable columns filled with nulls, as Delta does).
+    """Append ``values`` (absent nullable columns filled with nulls, as Delta does;
+    ``''`` in the string partition columns ``blank`` written as null).
 
     ``max_commit_retries=0`` makes the append fail, rather than land on a newer
     snapshot, when anyone committed since ``table`` was read."""
@@ -64,6 +79,7 @@ def append(
     for column in arrow_schema(table):
         if column.name not in values.column_names:
             values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
+    values = blank_as_null(values, blank)
     if values.num_rows:
         write_deltalake(
             table,
@@ -77,14 +93,20 @@ def append(
 
 
 def replace_slice(
-    table: DeltaTable, values: pa.Table, spec: MergeSpec, props: CommitProperties
+    table: DeltaTable,
+    values: pa.Table,
+    spec: MergeSpec,
+    props: CommitProperties,
+    *,
+    blank: tuple[str, ...] = (),
 ) -> tuple[int, int]:
     """Replace the rows :func:`~deltasink.shapes.merge.replace_predicate` selects with
     ``values``, in one overwrite commit; nothing when it selects nothing (the caller
     then commits the marker alone). Returns (rows inserted, rows deleted): delta-rs
     reports no deleted rows for an overwrite, so they are counted first, on the
-    snapshot the overwrite replaces (files pruned by the predicate)."""
-    predicate = replace_predicate(spec, values, target=arrow_schema(table))
+    snapshot the overwrite replaces (files pruned by the predicate). A ``replace_by``
+    value ``''`` in a string partition column (``blank``) is the null partition."""
+    predicate = replace_predicate(spec, values, empty_as_null=blank, target=arrow_schema(table))
     if predicate is None:
         return 0, 0
     query = f"SELECT count(*) AS n FROM {TARGET} WHERE {predicate}"
@@ -95,7 +117,7 @@ def replace_slice(
             values = values.append_column(column.name, pa.nulls(values.num_rows, column.type))
     write_deltalake(
         table,
-        values,
+        blank_as_null(values, blank),
         mode="overwrite",
         predicate=predicate,
         schema_mode="merge" if spec.schema_evolution else None,
@@ -106,16 +128,20 @@ def replace_slice(
 
 
 def _append_mode(b: ModeBatch) -> dict[str, Any]:
-    return {"num_target_rows_inserted": append(b.table, b.values, b.spec, b.props)}
+    inserted = append(b.table, b.values, b.spec, b.props, blank=b.blank)
+    return {"num_target_rows_inserted": inserted}
 
 
 def _replace_mode(b: ModeBatch) -> dict[str, Any]:
-    inserted, deleted = replace_slice(b.table, b.values, b.spec, b.props)
+    if replace_predicate(b.spec, b.values, empty_as_null=b.blank) is not None:
+        b.rewrites()
+    inserted, deleted = replace_slice(b.table, b.values, b.spec, b.props, blank=b.blank)
     return {"num_target_rows_inserted": inserted, "num_target_rows_deleted": deleted}
 
 
 def _scd2_mode(b: ModeBatch) -> dict[str, Any]:
-    return merge_history(b.table, b.values, b.flag, b.spec, b.props, uri=b.uri)
+    b.rewrites()
+    return merge_history(b.table, b.values, b.flag, b.spec, b.props, uri=b.uri, blank=b.blank)
 
 
 def _merge_mode(b: ModeBatch) -> dict[str, Any]:
@@ -129,7 +155,9 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         # exactly the snapshot whose statistics proved the keys absent: no commit
         # retries; a concurrent commit fails it and the next attempt decides anew.
         rows = values if flag is None else values.filter(pc.invert(flag))
-        return {"num_target_rows_inserted": append(table, rows, spec, props, max_commit_retries=0)}
+        inserted = append(table, rows, spec, props, max_commit_retries=0, blank=b.blank)
+        return {"num_target_rows_inserted": inserted}
+    b.rewrites()
     source = values if flag is None else values.append_column(DELETE_COLUMN, flag)
     if guard is not None:
         source = source.append_column(GUARD_COLUMN, guard)
@@ -142,9 +170,10 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         spec,
         values.column_names,
         has_delete=flag is not None,
-        prune=key_ranges(values, spec.keys) if prune else None,
+        prune=key_ranges(values, spec.keys, skip=b.blank) if prune else None,
         has_guard=guard is not None,
         target=arrow_schema(table),
+        empty_as_null=b.blank,
     )
     merger = table.merge(
         source,

@@ -27,6 +27,7 @@ from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
+from deltasink.shapes.partitions import blank_as_null, string_partitions
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
@@ -36,6 +37,7 @@ from .compaction import auto_compact, compact_after_commit
 from .features import refuse_unwritable
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
+from .timestamps import Int96Guard
 
 __all__ = ["TargetWriter"]
 
@@ -76,6 +78,7 @@ class TargetWriter(TargetLog):
         self._definition_checked = False
         self._condition_checked: str | None = None
         self._attempt_base: int | None = None  # the version the last attempt read
+        self._int96 = Int96Guard(uri, storage_options)
 
     def check_writable(self, columns: Sequence[str]) -> None:
         """Before a writer's first write (checked once per writer): the existing target
@@ -105,6 +108,27 @@ class TargetWriter(TargetLog):
         )
         check_definition(spec, found, table=self.uri)
         self._definition_checked = True
+
+    def check_values(self, spec: MergeSpec) -> None:
+        """Before a version is staged: a mode that rewrites target files (every mode
+        but ``append``) refuses a target whose files hold values delta-rs would write
+        back changed (:class:`~.timestamps.Int96Guard`; checked again before each
+        publish). Raises :class:`~deltasink.errors.UnsupportedTableFeatureError`."""
+        if spec.mode == "append":
+            return
+        table = self.open(fresh=False)
+        if table is not None:
+            self._int96.check(table)
+
+    def blank(self, schema: pa.Schema | None = None) -> tuple[str, ...]:
+        """The target's string partition columns (the ``TableSpec``'s for a target not
+        created yet, over ``schema``), whose ``''`` is null
+        (:mod:`deltasink.shapes.partitions`); as the target was read last."""
+        table = self.open(fresh=False)
+        if table is not None:
+            return string_partitions(arrow_schema(table), table.metadata().partition_columns)
+        spec = self.table_spec
+        return string_partitions(schema, spec.partition_by) if spec is not None else ()
 
     def check_condition(self, spec: MergeSpec) -> None:
         """``not_matched_by_source_condition`` parses and resolves on the existing
@@ -268,7 +292,10 @@ class TargetWriter(TargetLog):
         )
         before = self._attempt_base = table.version()
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
-        batch = ModeBatch(table, values, flag, guard, spec, props, self.uri)
+        blank = string_partitions(arrow_schema(table), table.metadata().partition_columns)
+        batch = ModeBatch(
+            table, values, flag, guard, spec, props, self.uri, blank, self._int96.check
+        )
         metrics = WRITE_MODE[spec.mode](batch)
         if table.version() == before:
             # delta-rs makes no commit when nothing changed (an empty batch, or only
@@ -311,6 +338,8 @@ class TargetWriter(TargetLog):
         )
         try:
             spec = self.table_spec
+            if spec is not None and spec.partition_by:  # '' is null there (the protocol)
+                rows = blank_as_null(rows, string_partitions(rows.schema, spec.partition_by))
             write_deltalake(
                 self.uri,
                 rows,

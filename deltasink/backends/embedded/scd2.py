@@ -14,6 +14,7 @@ from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.input.sql import DELETE_COLUMN
 from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges
+from deltasink.shapes.partitions import blank_keys
 from deltasink.shapes.scd2 import changes
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
@@ -37,6 +38,7 @@ def merge_history(
     props: CommitProperties,
     *,
     uri: str,
+    blank: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One MERGE making the target's history of the batch's keys the one their events
     define; no commit when nothing changes and no column is added (the caller then
@@ -53,14 +55,18 @@ def merge_history(
         spec: A ``scd2`` spec.
         props: The commit's properties (marker and metadata).
         uri: The target, for messages.
+        blank: The target's string partition columns: a key there reads its stored
+            null (or ``""``) as the key ``''`` (:mod:`deltasink.shapes.partitions`).
 
     Returns:
         delta-rs's MERGE metrics (empty when nothing was written).
     """
     start = spec.history[0]
     batch = values if flag is None else values.append_column(DELETE_COLUMN, flag)
-    prune = key_ranges(values, spec.keys)
+    prune = key_ranges(values, spec.keys, skip=blank)
     current = read_rows(table, prune) if values.num_rows else None
+    if current is not None:  # the null partition is the key '' (as the batch has it)
+        current = blank_keys(current, spec.keys, blank)
     rows = changes(current, batch, spec)
     known = set(arrow_schema(table).names)
     if rows.num_rows == 0 and not (
@@ -76,7 +82,9 @@ def merge_history(
         non_null_mask=pc.invert(removed),
     ).append_column(DELETE_COLUMN, removed)
     on_rows = MergeSpec(mode="upsert", keys=(*spec.keys, start), delete_when="removed")
-    plan = compile_merge(on_rows, source.column_names, has_delete=True, prune=prune)
+    plan = compile_merge(
+        on_rows, source.column_names, has_delete=True, prune=prune, empty_as_null=blank
+    )
     once = CommitProperties(
         custom_metadata=props.custom_metadata,
         app_transactions=props.app_transactions,

@@ -78,7 +78,8 @@ class SchemaFit:
     ) -> pa.Table:
         collected = collect(batch, spec, to_arrow=engine_arrow)
         try:
-            data = prepare(collected, spec, expected, target=self.target.uri)
+            blank = self.target.blank(collected.schema if expected is None else expected)
+            data = prepare(collected, spec, expected, target=self.target.uri, blank=blank)
         except SchemaMismatchError as exc:
             before = self._pending_before(version)
             if not before:

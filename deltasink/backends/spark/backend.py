@@ -26,9 +26,10 @@ from deltasink.shapes.table import TableSpec
 from .fencing import Fence
 from .logs import LogReader, SparkLogs
 from .maintenance import SparkMaintenance
-from .publish import TargetWriter, source_sql
+from .publish import TargetWriter
 from .schemas import SchemaFit
 from .session import SparkSql
+from .sources import source_sql
 from .stage import StagingWriter
 from .tables import Tables
 from .validate import (

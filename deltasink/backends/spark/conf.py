@@ -25,12 +25,15 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 __all__ = [
+    "PARQUET_TIMESTAMPS",
     "TXN_APP_ID",
     "TXN_VERSION",
     "USER_METADATA",
+    "WRITE_CONFS",
     "delta_txn",
     "require_settable",
     "session_conf",
+    "settable",
 ]
 
 logger = logging.getLogger("deltasink")
@@ -38,6 +41,13 @@ logger = logging.getLogger("deltasink")
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+#: How Spark writes ``TIMESTAMP`` to Parquet: ``INT96`` by default, which delta-rs reads
+#: as nanoseconds (wrapped outside 1677-2262). The engine's own writes use
+#: ``TIMESTAMP_MICROS`` (the protocol's type, exact for 0001-9999) through
+#: :data:`WRITE_CONFS`, scoped to its statements: the user's other writes keep theirs.
+PARQUET_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
+#: The confs the engine sets around each of its writes (besides the txn confs).
+WRITE_CONFS: dict[str, str] = {PARQUET_TIMESTAMPS: "TIMESTAMP_MICROS"}
 
 _guard = threading.Lock()
 _locks: dict[int, threading.RLock] = {}
@@ -105,18 +115,36 @@ def session_conf(spark: Any, settings: Mapping[str, str | int | None]) -> Iterat
 
 
 def delta_txn(
-    spark: Any, app_id: str, version: int, *, user_metadata: str | None = None
+    spark: Any,
+    app_id: str,
+    version: int,
+    *,
+    user_metadata: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> AbstractContextManager[None]:
     """:func:`session_conf` for one idempotent Delta DML statement.
 
     Inside the block, Delta commits the statement with ``txn(app_id, version)`` and
     ``userMetadata``, or skips it when the table's ``txn`` version for ``app_id`` is
-    already ≥ ``version``.
+    already ≥ ``version``; ``extra`` confs (:data:`WRITE_CONFS`) are scoped with them.
     """
     settings: dict[str, str | int | None] = {TXN_APP_ID: app_id, TXN_VERSION: version}
     if user_metadata is not None:
         settings[USER_METADATA] = user_metadata
+    settings.update(extra or {})
     return session_conf(spark, settings)
+
+
+def settable(spark: Any, key: str, value: str) -> bool:
+    """Whether ``key`` can be set to ``value`` on ``spark`` (probed and restored on Spark
+    Connect, whose server may refuse it; a classic session sets any non-static conf)."""
+    if getattr(spark, "_jsparkSession", None) is not None:
+        return True
+    try:
+        with session_conf(spark, {key: value}):
+            return True
+    except Exception:  # the server's refusal, whatever its class: not settable
+        return False
 
 
 #: The confs the spark engine sets around its statements.

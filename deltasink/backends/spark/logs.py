@@ -166,6 +166,13 @@ class SparkLogs:
         in the recent history: Delta's ``txn`` check then skips re-applied versions)."""
         return self._source.committed()
 
+    def marker_at(self, table_version: int) -> int | None:
+        """The app's ``txn`` version in the target's snapshot ``table_version``, where
+        delta-rs reads the logs (Spark SQL shows no ``txn`` action: ``None`` there)."""
+        if not isinstance(self._source, DeltaRsSource):
+            return None
+        return self._source.marker_at(table_version)
+
     def target_exists(self) -> bool:
         """Whether the target table exists yet."""
         return self._source.target_exists()

@@ -1,8 +1,8 @@
-"""Publishing on Spark: the staged rows of one or more versions as one query
-(:func:`source_sql`), the ``MERGE INTO`` compiled from the embedded engine's
-:class:`~deltasink.shapes.merge.MergePlan` (:func:`merge_sql`), and :class:`TargetWriter`,
-which commits them to the target in ONE commit carrying ``txn(app_id, version)``: the
-SQL confs set around the MERGE, or the DataFrameWriter options for an append.
+"""Publishing on Spark: :class:`TargetWriter` commits the staged rows of one or more
+versions (:mod:`.sources`: one query, and the ``MERGE INTO`` compiled from the embedded
+engine's :class:`~deltasink.shapes.merge.MergePlan`) to the target in ONE commit carrying
+``txn(app_id, version)``: the SQL confs set around the MERGE, or the DataFrameWriter
+options for an append.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import pyarrow as pa
 from deltasink import _faults
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
-from deltasink.errors import CommitError
+from deltasink.errors import CommitError, ForeignWriterError
 from deltasink.input.arrow import spark_arrow
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.ops.history import history_from_commits, user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
-from deltasink.shapes.merge import compile_merge, replace_predicate
+from deltasink.shapes.merge import replace_predicate
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec, check_definition
 
@@ -37,106 +37,13 @@ from .logs import SparkLogs
 from .prune import key_prune
 from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
-from .tables import RANK_COLUMN, Tables, fill_select, struct
+from .sources import guarded, merge_sql, source_sql
+from .tables import Tables, fill_select, struct
 from .validate import PreparedFrame
 
-__all__ = ["TargetWriter", "Unstaged", "guarded", "merge_sql", "source_sql"]
+__all__ = ["TargetWriter", "Unstaged"]
 
 logger = logging.getLogger("deltasink")
-
-
-def guarded(spec: MergeSpec, versions: Sequence[int]) -> bool:
-    """Whether :func:`source_sql` of ``versions`` carries the sequence guard column
-    (several versions coalesced, ``upsert`` with ``sequence_by`` and ``delete_when``)."""
-    return (
-        len(versions) > 1
-        and spec.mode == "upsert"
-        and spec.sequence_by is not None
-        and spec.delete_when is not None
-    )
-
-
-def source_sql(
-    staging_ref: str, versions: Sequence[int], columns: Sequence[str], spec: MergeSpec
-) -> str:
-    """The staged rows of ``versions`` as one query; several versions are coalesced
-    as :func:`deltasink.core.coalesce.coalesce` does (upsert: the latest row per key, by
-    ``sequence_by`` then version; insert: the earliest version's row; upsert with
-    ``sequence_by`` and deletes: the fold's row and its guard, see :func:`guarded`)."""
-    cols = [quote(c) for c in columns]
-    if spec.delete_when:
-        cols.append(f"coalesce({quote(DELETE_COLUMN)}, false) AS {quote(DELETE_COLUMN)}")
-    listed = ", ".join(str(v) for v in versions)
-    where = f"{quote(VERSION_COLUMN)} IN ({listed})"
-    if len(versions) == 1 or spec.mode in ("append", "replace"):
-        return f"SELECT {', '.join(cols)} FROM {staging_ref} WHERE {where}"
-    partition = ", ".join(quote(k) for k in spec.event_columns)
-    if guarded(spec, versions):
-        assert spec.sequence_by is not None
-        return _folded_sql(staging_ref, where, cols, partition, quote(spec.sequence_by))
-    order = (
-        [f"{quote(spec.sequence_by)} DESC"] if spec.mode == "upsert" and spec.sequence_by else []
-    )
-    latest = spec.mode in ("upsert", "scd2")  # scd2: the latest version's event wins
-    order.append(f"{quote(VERSION_COLUMN)} {'DESC' if latest else 'ASC'}")
-    ranked = (
-        f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY {', '.join(order)}) "
-        f"AS {quote(RANK_COLUMN)} FROM {staging_ref} WHERE {where}"
-    )
-    return f"SELECT {', '.join(cols)} FROM ({ranked}) WHERE {quote(RANK_COLUMN)} = 1"
-
-
-def _folded_sql(staging_ref: str, where: str, cols: Sequence[str], partition: str, seq: str) -> str:
-    """:func:`deltasink.core.coalesce.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
-    the *records* of a key are its rows whose sequence is above every later version's;
-    the row kept is the first record that is not a delete (else the first record), and
-    the guard is the key's highest sequence."""
-    version, delete = quote(VERSION_COLUMN), quote(DELETE_COLUMN)
-    later = (
-        f"max({seq}) OVER (PARTITION BY {partition} ORDER BY {version} "
-        "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)"
-    )
-    scored = (
-        f"SELECT *, max({seq}) OVER (PARTITION BY {partition}) AS {quote(GUARD_COLUMN)}, "
-        f"{later} AS `_deltasink_later` FROM {staging_ref} WHERE {where}"
-    )
-    records = (
-        f"SELECT * FROM ({scored}) WHERE `_deltasink_later` IS NULL OR {seq} > `_deltasink_later`"
-    )
-    ranked = (
-        f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY "
-        f"CASE WHEN coalesce({delete}, false) THEN 1 ELSE 0 END, {version}) "
-        f"AS {quote(RANK_COLUMN)} FROM ({records})"
-    )
-    selected = [*cols, quote(GUARD_COLUMN)]
-    return f"SELECT {', '.join(selected)} FROM ({ranked}) WHERE {quote(RANK_COLUMN)} = 1"
-
-
-def merge_sql(
-    target_ref: str,
-    spec: MergeSpec,
-    columns: Sequence[str],
-    source: str,
-    *,
-    prune: str | None = None,
-    has_guard: bool = False,
-    empty_as_null: Sequence[str] = (),
-) -> str:
-    """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
-    :class:`~deltasink.shapes.merge.MergePlan` the embedded engine runs; ``prune`` (see
-    :func:`.prune.key_prune`) is added to its join condition; ``has_guard``: the source
-    carries the sequence guard (:func:`guarded`); ``empty_as_null``: see
-    :func:`.definition.string_partitions`."""
-    plan = compile_merge(
-        spec,
-        columns,
-        has_delete=spec.delete_when is not None,
-        prune=prune,
-        has_guard=has_guard,
-        spark=True,
-        empty_as_null=empty_as_null,
-    )
-    return plan.to_sql(target_ref, f"({source})")
 
 
 @dataclass(frozen=True)
@@ -248,20 +155,14 @@ class TargetWriter:
 
         def once() -> CommitResult:
             self._fence.check()
-            committed = self._logs.committed()
-            if committed is not None and committed >= version:
+            if self._covered(versions):
                 return CommitResult(version, "already_committed", rows=rows)
-            if committed is not None and committed >= versions[0]:
-                raise CommitError(
-                    f"the target's marker moved to {committed}, inside the coalesced "
-                    f"versions {list(versions)}",
-                    table=t.target,
-                    app_id=t.app_id,
-                    version=version,
-                )
             start = time.perf_counter()
             self.apply_once(versions, columns, spec, unstaged=unstaged, origin=origin)
-            return self.result(version, rows, time.perf_counter() - start)
+            result = self.result(version, rows, time.perf_counter() - start)
+            if len(versions) > 1 and result.target_version is not None:
+                self._check_own_snapshot(versions, result.target_version)
+            return result
 
         return retry(
             once,
@@ -278,6 +179,68 @@ class TargetWriter:
             what=f"the commit of version {version} into {t.target}",
             recorder=telemetry.current(),
             winner=self._logs.newest_commit,
+        )
+
+    def _covered(self, versions: Sequence[int]) -> bool:
+        """Whether the target's marker covers the last of ``versions`` (already
+        committed).
+
+        Raises:
+            CommitError: It moved inside the coalesced ``versions``: another writer of
+                the app committed some of them, so publishing the run would apply those
+                twice (the core then goes one by one).
+        """
+        committed = self._logs.committed()
+        if committed is not None and committed >= versions[-1]:
+            return True
+        if committed is not None and committed >= versions[0]:
+            t = self.tables
+            raise CommitError(
+                f"the target's marker moved to {committed}, inside the coalesced "
+                f"versions {list(versions)}",
+                table=t.target,
+                app_id=t.app_id,
+                version=versions[-1],
+            )
+        return False
+
+    def _last_look(self, versions: Sequence[int]) -> None:
+        """Right before a coalesced run's statement, after the jobs that prepare it: the
+        marker read again. Delta's MERGE takes its snapshot when the statement starts
+        and checks only ``txn(app, last) > marker``; a writer of the same app that
+        committed a version inside the run since :meth:`apply` looked would have it
+        applied twice (commits after the statement's snapshot conflict with it)."""
+        if len(versions) > 1:
+            self._covered(versions)  # covered entirely: Delta's own check skips it
+
+    def _check_own_snapshot(self, versions: Sequence[int], target_version: int) -> None:
+        """After a coalesced commit: the marker in the very snapshot the statement read
+        (its ``readVersion``) was below the run, else a version of the run that another
+        writer committed in the moment between :meth:`_last_look` and the statement's
+        snapshot was applied again. That cannot be undone here: stop, loudly.
+
+        Raises:
+            ForeignWriterError: Another writer of this app id committed inside the run.
+        """
+        commit = next(
+            (c for c in self._logs.target_commits(32) if c.get("version") == target_version), None
+        )
+        read = None if commit is None else commit.get("readVersion")
+        marker = None if read is None else self._logs.marker_at(int(read))
+        if marker is None or marker < versions[0]:
+            return
+        t = self.tables
+        raise ForeignWriterError(
+            f"another writer with app id {t.app_id!r} committed version {marker} to "
+            f"{t.target} while deltasink published versions {list(versions)} in one "
+            f"commit (Delta version {target_version}, read at {read}): the versions from "
+            f"{versions[0]} to {marker} are in the target twice. Stop the other writer, "
+            "check those versions' rows by hand, and keep one writer per app id (or "
+            "coalesce=False while another job may still write with it).",
+            epoch=self._fence.epoch or 0,
+            versions=tuple(v for v in versions if v <= marker),
+            table=t.target,
+            app_id=t.app_id,
         )
 
     def apply_once(
@@ -312,8 +275,11 @@ class TargetWriter:
             view = f"deltasink_history_{uuid.uuid4().hex}"
             history.createOrReplaceTempView(view)
             statement = history_merge_sql(t.target_ref, spec, list(history.columns), view, blank)
+            self._last_look(versions)
             try:
-                with delta_txn(spark, t.app_id, version, user_metadata=metadata):
+                with delta_txn(
+                    spark, t.app_id, version, user_metadata=metadata, extra=self._sql.write_confs
+                ):
                     spark.sql(statement).collect()
             finally:
                 spark.catalog.dropTempView(view)
@@ -352,6 +318,7 @@ class TargetWriter:
                 select = fill_select(target.schema.fields, frame.columns)
                 select += [quote(c) for c in frame.columns if c not in set(target.columns)]
                 frame = frame.selectExpr(*select)
+            self._last_look(versions)
             self._sql.write(
                 frame, t.target, txn=(t.app_id, version), user_metadata=metadata, options=options
             )
@@ -375,7 +342,10 @@ class TargetWriter:
                 has_guard=guarded(spec, versions),
                 empty_as_null=string_partitions(self._sql, t.target_ref, spec.keys, target),
             )
-            with delta_txn(spark, t.app_id, version, user_metadata=metadata):
+            self._last_look(versions)
+            with delta_txn(
+                spark, t.app_id, version, user_metadata=metadata, extra=self._sql.write_confs
+            ):
                 spark.sql(statement).collect()
         _faults.point("publish.after_target_commit")
 

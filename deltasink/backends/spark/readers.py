@@ -102,6 +102,9 @@ class DeltaRsSource:
     def committed(self) -> int | None:
         return self.target.committed_version(self.app_id)
 
+    def marker_at(self, table_version: int) -> int | None:
+        return self.target.marker_at(table_version, self.app_id)
+
     def target_exists(self) -> bool:
         return self.target.open() is not None
 

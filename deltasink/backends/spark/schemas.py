@@ -14,8 +14,10 @@ from deltasink.core.committables import LogState
 from deltasink.core.pending import pending_context, schema_after
 from deltasink.errors import SchemaMismatchError
 from deltasink.input.arrow import spark_empty
+from deltasink.shapes.partitions import string_partitions as blank_columns
 from deltasink.shapes.spec import MergeSpec
 
+from .definition import string_partitions
 from .logs import SparkLogs
 from .publish import TargetWriter
 from .session import SparkSql
@@ -57,7 +59,12 @@ class SchemaFit:
         expected = self._expected(version, target)
         try:
             prepared = prepare_frame(
-                require_dataframe(df), spec, target, table=self.target, expected=expected
+                require_dataframe(df),
+                spec,
+                target,
+                table=self.target,
+                expected=expected,
+                blank=self._blank_keys(spec, target, df),
             )
         except SchemaMismatchError as exc:
             if expected is None:
@@ -70,6 +77,21 @@ class SchemaFit:
         self._target_writer.check_definition(prepared.columns)
         _faults.point("stage.before_write")
         return prepared
+
+    def _blank_keys(self, spec: MergeSpec, target: Any | None, df: Any) -> tuple[str, ...]:
+        """With ``null_safe_keys``, the key columns that are string partition columns
+        of the target (the ``TableSpec``'s for a new one), whose null is the key ``''``
+        (:mod:`deltasink.shapes.partitions`); without it a null key is refused anyway."""
+        if not spec.null_safe_keys or not spec.keys:
+            return ()
+        if target is not None:
+            ref = self._target_writer.tables.target_ref
+            return tuple(string_partitions(self._sql, ref, spec.keys, target))
+        table = self._target_writer.table_spec
+        if table is None or not table.partition_by:
+            return ()
+        schema = spark_empty(df).schema
+        return tuple(k for k in blank_columns(schema, table.partition_by) if k in spec.keys)
 
     def _expected(self, version: int, target: Any | None) -> Expected | None:
         """The schema the target will have when ``version`` is published, when versions

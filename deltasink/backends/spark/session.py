@@ -14,7 +14,15 @@ from deltasink.errors import ConfigurationError
 from deltasink.locations import is_catalog_name
 from deltasink.ops.history import user_metadata
 
-from .conf import TXN_APP_ID, TXN_VERSION, USER_METADATA, require_settable, session_conf
+from .conf import (
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+    WRITE_CONFS,
+    require_settable,
+    session_conf,
+    settable,
+)
 from .errors import is_missing
 from .tables import Tables, ddl_columns, props_sql, struct
 
@@ -34,6 +42,9 @@ class SparkSql:
         self._spark = spark
         self._delta_checked = False
         self.tables = tables
+        #: The write confs (:data:`.conf.WRITE_CONFS`) this session lets the engine set
+        #: around its statements (all on a classic session).
+        self.write_confs: dict[str, str] = {}
 
     def session(self, df: Any = None) -> Any:
         """The session; without one yet, ``df``'s session or the active one.
@@ -48,6 +59,7 @@ class SparkSql:
         if not self._delta_checked:
             require_delta(spark, table=self.tables.target, app_id=self.tables.app_id)
             require_settable(spark, table=self.tables.target, app_id=self.tables.app_id)
+            self.write_confs = {k: v for k, v in WRITE_CONFS.items() if settable(spark, k, v)}
             self._delta_checked = True
         return spark
 
@@ -74,7 +86,7 @@ class SparkSql:
         not make Delta skip it) and ``userMetadata`` as given."""
         spark = self.session()
         settings = {TXN_APP_ID: None, TXN_VERSION: None, USER_METADATA: user_metadata}
-        with session_conf(spark, settings):
+        with session_conf(spark, {**settings, **self.write_confs}):
             rows: list[Any] = spark.sql(statement).collect()
         return rows
 
@@ -102,7 +114,7 @@ class SparkSql:
         # The conf as well as the option: a CREATE TABLE AS SELECT (saveAsTable of a new
         # catalog table) and saveAsTable appends record only the conf's userMetadata.
         settings = {TXN_APP_ID: None, TXN_VERSION: None, USER_METADATA: user_metadata}
-        with session_conf(self.session(), settings):
+        with session_conf(self.session(), {**settings, **self.write_confs}):
             if is_catalog_name(ref_location):
                 writer.saveAsTable(ref_location)
             else:

@@ -112,6 +112,7 @@ def prepare_frame(
     *,
     table: str,
     expected: Expected | None = None,
+    blank: Sequence[str] = (),
 ) -> PreparedFrame:
     """Validate a Spark DataFrame as :func:`deltasink.input.batch.prepare` validates Arrow, on
     Spark, raising the same named errors, in the same order, with the same messages.
@@ -129,6 +130,9 @@ def prepare_frame(
         table: The target's name, for messages.
         expected: With versions pending before this one, the schema they leave
             (the batch is checked against it instead of the target's).
+        blank: Key columns that are string partition columns of the target, whose
+            null is the key ``''`` (``null_safe_keys``: the one null partition,
+            :mod:`deltasink.shapes.partitions`).
 
     Raises:
         InvalidInputError: As :func:`~deltasink.input.batch.prepare`, plus a bad
@@ -143,6 +147,13 @@ def prepare_frame(
         target_arrow = expected.schema
     frame = df.selectExpr("*", delete_expr(spec, types_of(zero.schema))) if spec.delete_when else df
     frame, float_keys = _normalise_keys(frame, spec.keys)
+    if blank:  # '' and null: one key, carried as ''
+        frame = frame.selectExpr(
+            *(
+                f"coalesce({quote(c)}, '') AS {quote(c)}" if c in blank else quote(c)
+                for c in frame.columns
+            )
+        )
     not_null = [
         f.name
         for f in (target_arrow or [])
