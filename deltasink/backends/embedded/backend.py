@@ -29,7 +29,7 @@ from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError
-from deltasink.ops.origin import ORIGIN_KEY
+from deltasink.ops.origin import ORIGIN_KEY, combine
 from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
@@ -254,9 +254,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         otherwise, e.g. in ``recover()``)."""
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
         if origin is None and staged:
-            origin = self._origins.get(version)
-            if origin is None:
-                origin = self.log.origin_of(version)
+            origin = self.staged_origin(version)
         if origin is not None:
             metadata[ORIGIN_KEY] = origin
         return metadata
@@ -329,7 +327,11 @@ class EmbeddedBackend(SchemaFit, Claims):
             app_id=self.app_id,
             version=staged[-1].version,
             versions=[s.version for s in staged],
-            metadata=self._metadata(staged[-1].version, sum(s.rows for s in staged), staged=True),
+            metadata=self._metadata(
+                staged[-1].version,
+                sum(s.rows for s in staged),
+                origin=combine([self.staged_origin(s.version) for s in staged]),
+            ),
             before_attempt=self._fence,
         )
         self._staged.drop(s.version for s in staged)
@@ -352,6 +354,10 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def target_exists(self) -> bool:
         return self.target.exists()
+
+    def staged_origin(self, version: int) -> str | None:
+        kept = self._origins.get(version)
+        return kept if kept is not None else self.log.origin_of(version)
 
     # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
 
