@@ -140,6 +140,19 @@ class FileStream:
         (self.root / "offsets" / str(batch)).write_text("\n".join(lines))
         return batch, self.files_of(batch, self._log())
 
+    def plan_log_only(self) -> None:
+        """Spark dies while planning: the file log's entry for the new files is
+        written, the offsets file is not (on restart that entry joins the next batch)."""
+        offsets, commits = self._numbers("offsets"), self._numbers("commits")
+        if offsets and offsets[-1] not in commits:
+            return  # a planned batch runs again first: nothing new is planned
+        log = self._log()
+        seen = {f for files in log.values() for f in files}
+        new = [f for f in self.landing.order if f not in seen]
+        if new:
+            take = new if self.max_files is None else new[: self.max_files]
+            self._write_log(max(log, default=-1) + 1, take, log)
+
     def files_of(self, batch: int, log: dict[int, list[str]]) -> list[str]:
         end = self._log_offset(batch)
         start = self._log_offset(batch - 1) if batch > 0 else -1
