@@ -2,10 +2,11 @@
 target already holds (a resumed file-source stream) and for Auto Loader, whose
 checkpoint keeps its file list in RocksDB, where deltasink cannot read it.
 
-A file source's rows say which file they came from through Spark's hidden
-``_metadata.file_path`` column (resolvable on a micro-batch when the stream selected
-it: ``.select("*", "_metadata")``), or else ``input_file_name()`` (classic Spark, rows
-read straight from the files: not after a shuffle, not on Unity Catalog shared compute).
+A file source's rows say which file they came from through Spark's
+``_metadata.file_path`` (on a micro-batch only when the stream selected it:
+``.select("*", "_metadata")``), or else ``input_file_name()`` (classic Spark and Spark
+Connect, rows read straight from the files: not after a shuffle, not on Unity Catalog
+shared compute).
 A ``pyarrow`` batch tells it through a ``_metadata`` struct column with a
 ``file_path`` field, the shape ``df.select("*", "_metadata").toArrow()`` has. Which
 expression was used is read from the batch itself; when neither works, or some rows
@@ -85,7 +86,13 @@ def _spark_rows(df: Any) -> FileRows | None:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
-    for column in (F.col(f"{METADATA}.{FILE_PATH}"), F.expr("input_file_name()")):
+    # A ``_metadata`` the stream selected; else the file the scan reads each row from.
+    # (A hidden ``_metadata`` does not reach a micro-batch: Spark hands foreachBatch a
+    # plan of the query's output columns only.)
+    candidates = [F.expr("input_file_name()")]
+    if METADATA in df.columns:
+        candidates.insert(0, F.col(f"{METADATA}.{FILE_PATH}"))
+    for column in candidates:
         try:
             found = df.groupBy(column.alias("f")).count().collect()
         except PySparkException:  # not resolvable, or not supported on this compute
