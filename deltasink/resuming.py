@@ -162,11 +162,28 @@ class StreamOrigins:
             )
             decided.append(decision)
             batch = df
+            if decision.leave_out_held and row_files_needed(decision.origin):
+                raise self._files_unknown(decision.origin)
             if decision.leave_out_held and batch_files(decision.origin):
                 batch = self._leave_out(df, decision.origin, self.files_held(state))
             return Placement(decision.version, encode(decision.origin), batch, decision.replay)
 
         return place
+
+    def _files_unknown(self, origin: BatchOrigin) -> CheckpointResetError:
+        """Resuming an Auto Loader stream whose micro-batch does not say its files."""
+        return CheckpointResetError(
+            f"micro-batch {origin.batch_id} of streaming query {origin.query_id} resumes "
+            f"app {self.app_id!r} on {self.target} from Auto Loader, whose checkpoint does "
+            "not list its files, and its rows do not say which file they came from (no "
+            "_metadata.file_path; input_file_name() unavailable), so the rows of files the "
+            "target already holds cannot be left out. Nothing was written. Select the "
+            'file metadata in the stream (.select("*", "_metadata")) and run it again.',
+            query_id=origin.query_id,
+            table=self.target,
+            app_id=self.app_id,
+            version=origin.batch_id,
+        )
 
     def _leave_out(self, df: Any, origin: BatchOrigin, held: set[str]) -> Any:
         """``df`` without the rows of the files the writer holds (counted and logged).

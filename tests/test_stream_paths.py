@@ -28,7 +28,7 @@ from deltasink import (
     _faults,
 )
 from deltasink.cli import app
-from deltasink.ops.origin import origin_for
+from deltasink.ops.origin import normal_path, origin_for
 from tests import support
 from tests.streams import FileStream, Landing, micro_batch
 
@@ -221,3 +221,52 @@ def test_resume_leaves_out_held_files_counted_and_logged(
     assert all("left out 3 row(s) of 1 file(s)" in m for m in left), left
     entries = {e.version: e for e in DeltaSink(target, APP).history()}
     assert [entries[v].rows_inserted or 0 for v in (2, 3, 4, 5)] == [0, 0, 0, 2]
+
+
+def auto_loader_checkpoint(root: Path, batches: int) -> Path:
+    """An Auto Loader checkpoint: its offsets (``seqNum``...), no readable file list."""
+    import uuid
+
+    (root / "offsets").mkdir(parents=True)
+    (root / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}) + "\n")
+    (root / "sources" / "0" / "rocksdb").mkdir(parents=True)
+    for n in range(batches):
+        offset = {
+            "seqNum": n + 1,
+            "sourceVersion": 1,
+            "lastBackfillStartTimeMs": 1795700000000,
+            "lastBackfillFinishTimeMs": 1795700000500,
+        }
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1795700001000, "conf": {}}
+        (root / "offsets" / str(n)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(offset)}")
+    return root
+
+
+def test_auto_loader_files_come_from_the_rows(tmp_path: Path, target: str) -> None:
+    """Auto Loader keeps its files out of reach: each micro-batch's files are read from
+    its rows' ``_metadata.file_path`` and recorded, so a resumed query (a new checkpoint
+    that lists every file again) leaves the held ones out; without the file metadata
+    it is refused by name, nothing written."""
+    landing = Landing(tmp_path / "in")
+    files = [landing.add(2) for _ in range(3)]
+    old = auto_loader_checkpoint(tmp_path / "old", 2)
+    sink = DeltaSink(target, APP, APPEND)
+    for n in (0, 1):
+        sink.foreach_batch(micro_batch(landing, [files[n]]), n, checkpoint=old)
+    (held,) = DeltaSink(target, APP).offsets().starting
+    assert held["kind"] == "files"
+    assert sorted(map(normal_path, held["files"])) == sorted(map(normal_path, files[:2]))
+
+    new = auto_loader_checkpoint(tmp_path / "new", 1)
+    everything = micro_batch(landing, files)
+    before = unchanged(target, sink)
+    with pytest.raises(CheckpointResetError, match="Auto Loader"):
+        DeltaSink(target, APP, APPEND).foreach_batch(
+            everything.drop_columns(["_metadata"]), 0, resume=True, checkpoint=new
+        )
+    assert unchanged(target, sink) == before
+    report = DeltaSink(target, APP, APPEND).foreach_batch(
+        everything, 0, resume=True, checkpoint=new
+    )
+    assert report.committed_versions == [2]
+    assert support.ids(target) == landing.ids()

@@ -343,6 +343,7 @@ def real_lifecycle(
     expected: set[int] = set()
     job: set[int] = set()
     taken: list[str] = []
+    wrote: list[Any] = []
     backups: list[Path] = []
     files = [0]
 
@@ -351,6 +352,19 @@ def real_lifecycle(
         files[0] += 1
 
     def run(*, resume: bool, fault: str | None = None) -> int:
+        staging = DeltaSink(target, APP, engine="embedded").staging
+
+        def now() -> tuple[int | None, int | None]:
+            return support.table_version(target), support.table_version(staging)
+
+        before: list[tuple[int | None, int | None]] = []
+
+        def say(event: str, **fields: Any) -> None:  # inside foreachBatch: no raising
+            if event == "batch":  # the sink is about to get a micro-batch
+                before[:] = [now()]
+            elif event == "refused" and now() != before[0]:
+                wrote.append((list(taken), fields))  # refused by name, yet wrote
+
         def query() -> int:
             return run_query(
                 spark,
@@ -359,28 +373,18 @@ def real_lifecycle(
                 target,
                 APP,
                 engine=engine,
-                say=lambda *a, **k: None,
+                say=say,
                 resume=resume,
                 max_files=rng.choice([1, 2, 10]),
             )
 
-        staging = DeltaSink(target, APP, engine="embedded").staging
-
-        def now() -> tuple[int | None, int | None]:
-            return support.table_version(target), support.table_version(staging)
-
-        before = now()
         if fault is None:
-            code = query()
-        else:
-            try:
-                with _faults.armed(fault):
-                    code = query()
-            except Exception:  # the query failed at the fault: Spark records no progress
-                return 1
-        if code == 3:  # refused by name: nothing written
-            assert now() == before
-        return code
+            return query()
+        try:
+            with _faults.armed(fault):
+                return query()
+        except Exception:  # the query failed at the fault: Spark records no progress
+            return 1
 
     land()
     for _ in range(steps):
@@ -416,6 +420,7 @@ def real_lifecycle(
             DeltaSink(target, APP, MergeSpec(mode="append"), engine=engine, spark=spark).recover()
         found = support.ids(target) if support.exists(target) else []
         assert len(found) == len(set(found)), (taken, sorted(found))  # at most once
+        assert not wrote, wrote
     resume = False
     for _ in range(4):  # drained as the messages say
         if run(resume=resume) == 0:

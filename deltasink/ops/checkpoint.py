@@ -155,7 +155,9 @@ def read_checkpoint(checkpoint: str, batch_id: int) -> tuple[str | None, tuple[A
             "(no metadata or offsets file): pass the query's checkpointLocation."
         )
     query_id = json.loads(meta.strip().splitlines()[0]).get("id")
-    previous = _log_offsets(root, batch_id - 1) if batch_id > 0 else []
+    previous: list[Any] | None = []
+    if batch_id > 0 and any(isinstance(o, dict) and set(o) == {"logOffset"} for o in offsets):
+        previous = _log_offsets(root, batch_id - 1)  # a file source's batch starts there
     sources: list[Any] = []
     for index, offset in enumerate(offsets):
         if isinstance(offset, dict) and set(offset) == {"logOffset"}:
