@@ -419,7 +419,7 @@ class StreamLifecycle(RuleBasedStateMachine):
         assert not missing, f"rows never written: {sorted(missing)}"
 
 
-StreamLifecycle = generated.hypothesis_run(sample=6, ci=500, stateful_step_count=12)(
+StreamLifecycle = generated.hypothesis_run(sample=6, ci=500, stateful_step_count=10)(
     StreamLifecycle
 )
 TestStreamLifecycle = pytest.mark.generated(StreamLifecycle.TestCase)

@@ -439,6 +439,6 @@ def test_lifecycles_on_real_streams(tmp_path: Path, engine: str, delta_spark: An
     engines: ``make test`` one short lifecycle (embedded), ``make test-generated``
     more, both engines, a fresh seed."""
     rng = generated.rng(f"stream-lifecycle-jvm-{engine}")
-    for case in range(generated.count(sample=1, ci=4)):
-        steps = generated.count(sample=5, ci=10)
+    for case in range(generated.count(sample=1, ci=2)):
+        steps = generated.count(sample=5, ci=8)
         real_lifecycle(delta_spark, tmp_path / f"case-{case}", engine, rng, steps)
