@@ -14,7 +14,7 @@ written in turn, one 10-row batch (half updates, half inserts) each, ``--writes`
 Prints one JSON line per side: median, p10 and p90 of the per-write seconds. Then one
 line ``parts``: the added work alone, timed over many repetitions (steadier than the
 difference of two noisy medians on a loaded machine): reading the query id and the
-batch's offsets from the checkpoint, mapping the batch (:func:`deltasink.ops.origin.resolve`)
+batch's offsets from the checkpoint, mapping the batch (:func:`deltasink.ops.placing.resolve`)
 and encoding the origin for the commit.
 """
 
@@ -98,17 +98,17 @@ def main() -> None:
             import timeit
 
             from deltasink.ops.checkpoint import stream_origin
-            from deltasink.ops.origin import encode, resolve
+            from deltasink.ops.origin import encode
+            from deltasink.ops.placing import Held, resolve
 
             seen = stream_origin(batch, 6, checkpoint=str(checkpoint))
+            held = Held(6, (), seen, True, lambda _: None)
 
             def added() -> None:  # per micro-batch (the committed origin is remembered)
                 origin = stream_origin(batch, 7, checkpoint=str(checkpoint))
                 assert origin is not None
-                _, recorded = resolve(
-                    origin, committed=6, committed_origin=seen, resume=False, app_id="a", table="t"
-                )
-                encode(recorded)
+                decision = resolve(origin, held, resume=False, app_id="a", table="t")
+                encode(decision.origin)
 
             runs = [timeit.timeit(added, number=200) / 200 for _ in range(7)]
             print(

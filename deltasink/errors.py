@@ -7,9 +7,10 @@ what the caller should do next::
     ├── InvalidInputError          fix the batch or the call; nothing was written
     │   ├── InvalidVersionError    negative / not an int / goes backwards
     │   │   └── CheckpointResetError a micro-batch of another streaming query (a new
-    │   │                          or reset checkpoint) than the one that committed
-    │   ├── ReplayMismatchError    a replayed version covers other source positions
-    │   │                          than the committed one
+    │   │                          or reset checkpoint) than the writer of the newest
+    │   │                          version held (another query, a batch job)
+    │   ├── ReplayMismatchError    a micro-batch maps to a version held that does not
+    │   │                          record it with these source positions
     │   ├── SchemaMismatchError    batch columns or types do not fit the target
     │   ├── KeyColumnError         key column missing, or a key value is null
     │   │   └── InvalidKeyError    a key value no key can match (NaN in a float key)
@@ -111,13 +112,17 @@ class InvalidVersionError(InvalidInputError):
 
 class CheckpointResetError(InvalidVersionError):
     """A micro-batch comes from another streaming query (another checkpoint: a deleted,
-    reset or changed one) than the query that committed the target's current version.
+    reset or changed one) than the writer of the newest version the app id holds
+    (committed or pending): another query, or a batch job's ``write()``/``pre_commit()``.
 
-    Its ``batch_id`` numbers batches of the new query, not versions of the old one, so it
+    Its ``batch_id`` numbers batches of its own query, not the writer's versions, so it
     is never taken for a replay. Nothing was written. Ways out (the message names them):
-    resume after the committed version (``resume=True``, starting the new query from the
-    positions ``deltasink offsets`` prints), restore the old checkpoint, or give the new
-    query its own ``app_id``.
+    resume right after the newest version (``resume=True``: pending versions are
+    published first, a file source's rows of files already held are left out; other
+    sources start from the positions ``deltasink offsets`` prints), restore the old
+    checkpoint, or give the new query its own ``app_id``. Also raised, nothing written,
+    when a resumed file-source batch mixes held and new files and its rows do not say
+    which file they came from.
 
     Attributes:
         committed_by: The streaming query id that committed the current version.
@@ -140,9 +145,12 @@ class CheckpointResetError(InvalidVersionError):
 
 
 class ReplayMismatchError(InvalidInputError):
-    """A replay of the committed version (same query, same batch id) covers other source
-    positions than the target commit recorded: the checkpoint's offsets were changed, so
-    skipping the batch as a replay could drop rows. Nothing was written."""
+    """A micro-batch of the query that wrote the newest version maps to a version the
+    app id holds, but that version does not record this batch with these source
+    positions (offsets, a file source's files): the checkpoint was restored from an
+    older copy that re-planned the batch, or its offsets were changed, so skipping the
+    batch as a replay could drop rows. Nothing was written. ``resume=True`` writes a
+    file source's batch after the newest version, its held files' rows left out."""
 
 
 class SchemaMismatchError(InvalidInputError):

@@ -1,128 +1,264 @@
 """A stream's batches mapped to versions by their origins: ``DeltaSink.foreach_batch``
-(:class:`StreamWriting`, a base of :class:`~deltasink.sink.DeltaSink`), the origin the
-committed version recorded (remembered between batches), the replay rule applied to a
-micro-batch, and where a new query resumes (``DeltaSink.offsets``)."""
+(:class:`StreamWriting`, a base of :class:`~deltasink.sink.DeltaSink`), what the
+writer's versions recorded (:class:`StreamOrigins`, read from both Delta logs and
+remembered between batches), the rule applied to a micro-batch
+(:mod:`deltasink.ops.placing`), and where a new query resumes (``DeltaSink.offsets``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
-from deltasink.core.committables import CommitReport
-from deltasink.errors import ConfigurationError
+from deltasink.core.committables import CommitReport, LogState, Placement
+from deltasink.errors import CheckpointResetError, ConfigurationError
 from deltasink.failures import named_storage_errors
+from deltasink.input.files import empty_like, file_rows, row_count
 from deltasink.inputs import Batch
 from deltasink.observe import observed
-from deltasink.ops.checkpoint import ResumePoint, resume_point, stream_origin
+from deltasink.ops.checkpoint import row_files_needed, stream_origin, with_row_files
 from deltasink.ops.history import HistoryEntry
-from deltasink.ops.origin import BatchOrigin, batch_files, check_resume_start, encode, resolve
+from deltasink.ops.origin import (
+    BatchOrigin,
+    batch_files,
+    decode,
+    encode,
+    held_files,
+    normal_path,
+    origin_for,
+)
+from deltasink.ops.placing import Decision, Held, resolve
+from deltasink.ops.resume import ResumePoint, resume_point
 
 __all__ = ["StreamOrigins", "StreamWriting", "no_foreach_batch_on_the_embedded_session"]
 
+logger = logging.getLogger("deltasink")
+
 
 class StreamOrigins:
-    """The origins one writer's target commits recorded, read through ``history``.
+    """The origins one writer's versions recorded: its target commits' (read through
+    ``history``) and its pending versions' stage commits' (``staged_origin``).
+
+    Committed versions never change, so what was read of them is remembered for the
+    life of the sink; pending ones are read each time (an operator may abort them).
 
     Args:
         target: The target (for messages).
         app_id: The writer (for messages).
         history: The writer's target commits, newest first, at most ``limit`` of them
             (``None``: all), as :meth:`~deltasink.DeltaSink.history` returns them.
+        staged_origin: The encoded origin a pending version's stage commit recorded.
     """
 
     def __init__(
-        self, *, target: str, app_id: str, history: Callable[[int | None], list[HistoryEntry]]
+        self,
+        *,
+        target: str,
+        app_id: str,
+        history: Callable[[int | None], list[HistoryEntry]],
+        staged_origin: Callable[[int], str | None],
     ) -> None:
         self.target = target
         self.app_id = app_id
         self._history = history
-        # The origin of the newest origin-recording commit this sink made or read:
-        # (committed version it was read at, origin); saves a history read per batch.
-        self._seen: tuple[int, BatchOrigin | None] | None = None
+        self._staged_origin = staged_origin
+        # Committed version -> the origin recorded for it (None: none), as read or written.
+        self._known: dict[int, BatchOrigin | None] = {}
+        self._recorded = False  # some committed version recorded an origin
+        self._unrecorded: int | None = None  # none recorded through this committed version
+        # The files the committed versions delivered (normalized), through a version.
+        self._files: tuple[int, set[str]] | None = None
 
-    def version_of(
-        self, origin: BatchOrigin, *, resume: bool, chosen: list[tuple[int, BatchOrigin]]
-    ) -> Callable[[int | None], tuple[int, str | None]]:
-        """For the core's ``write``: the version of the micro-batch ``origin`` given the
-        committed version, and its origin to record (appended to ``chosen`` too)."""
+    # -- what the writer holds -------------------------------------------------------
 
-        def version_of(committed: int | None) -> tuple[int, str | None]:
-            seen = self.committed_origin(committed)
-            version, recorded = resolve(
-                origin,
-                committed=committed,
-                committed_origin=seen,
-                resume=resume,
-                app_id=self.app_id,
-                table=self.target,
-            )
-            if (
-                committed is not None
-                and batch_files(origin)
-                and (seen is None or seen.query_id != origin.query_id)
-            ):
-                # Resuming (or a stream taking over a legacy target): never re-read a
-                # file the target holds.
-                check_resume_start(
-                    origin,
-                    self.committed_files(),
-                    committed=committed,
-                    app_id=self.app_id,
-                    table=self.target,
-                )
-            chosen.append((version, recorded))
-            return version, encode(recorded)
+    def held(self, state: LogState) -> Held:
+        """What the writer holds, for :func:`~deltasink.ops.placing.resolve`."""
+        committed = state.committed_version
+        pending = tuple(s.version for s in state.pending)
+        last = pending[-1] if pending else committed
+        last_origin = None if last is None else self.origin_at(last, committed)
+        recorded = last_origin is not None or self._any_recorded(state)
+        return Held(
+            committed,
+            pending,
+            last_origin,
+            recorded,
+            lambda version: self.origin_at(version, committed),
+        )
 
-        return version_of
-
-    def written(self, committed: int | None, chosen: list[tuple[int, BatchOrigin]]) -> None:
-        """After the write: remember the origin just committed, if it was."""
-        if chosen and committed == chosen[0][0]:
-            self._seen = chosen[0]
-
-    def committed_files(self) -> set[str]:
-        """Every file a file source delivered to this writer's committed versions."""
-        return {
-            f for e in self._history(None) if e.origin is not None for f in batch_files(e.origin)
-        }
-
-    def committed_origin(self, committed: int | None) -> BatchOrigin | None:
-        """The origin recorded by the newest of this writer's target commits that
-        recorded one (versions ``recover()`` published record none); ``None`` if none
-        did. Remembered between calls while the committed version stays."""
-        if committed is None:
-            return None
-        seen = self._seen
-        if seen is not None and seen[0] == committed:
-            return seen[1]
-        found: BatchOrigin | None = None
+    def origin_at(self, version: int, committed: int | None) -> BatchOrigin | None:
+        """The origin recorded for a version the writer holds (``None``: none)."""
+        if committed is None or version > committed:
+            return decode(self._staged_origin(version))
+        if version in self._known:
+            return self._known[version]
         for limit in (64, None):
             entries = self._history(limit)
-            found = next((e.origin for e in entries if e.origin is not None), None)
-            if found is not None or limit is None or len(entries) == 0:
+            self._learn(entries)
+            if version in self._known or (entries and entries[-1].version < version):
                 break
-        self._seen = (committed, found)
-        return found
+        # Not on record (an expired log, a marker without a commit of ours): none.
+        return self._known.setdefault(version, None)
 
-    def resume_point(self, committed: int | None) -> ResumePoint:
-        """Where a new query continues right after ``committed`` (see
-        :meth:`~deltasink.DeltaSink.offsets`)."""
-        entries = self._history(None)
-        origins = [e for e in entries if e.origin is not None]
-        if committed is None or not origins:
-            return resume_point(committed, None, None)
-        last = origins[0]
-        point = resume_point(
-            committed,
-            last.target_version,
-            last.origin,
-            [e.origin for e in origins[1:] if e.origin is not None],
+    def _learn(self, entries: list[HistoryEntry]) -> None:
+        for entry in entries:
+            for version in entry.versions:
+                self._known.setdefault(
+                    version, origin_for(entry.origin, version, last=entry.version)
+                )
+            self._recorded = self._recorded or entry.origin is not None
+
+    def _any_recorded(self, state: LogState) -> bool:
+        """Whether any version held recorded an origin (else the legacy rule applies)."""
+        committed = state.committed_version
+        if not self._recorded and committed is not None and self._unrecorded != committed:
+            self._learn(self._history(None))
+            self._unrecorded = None if self._recorded else committed
+        return self._recorded or any(
+            self._staged_origin(s.version) is not None for s in state.pending
         )
-        if last.version != committed:
-            return ResumePoint(
-                point.version, point.target_version, point.origin, point.starting, exact=False
+
+    def files_held(self, state: LogState) -> set[str]:
+        """Every file (normalized) a file source delivered to a version the writer
+        holds: committed ones (remembered, read incrementally) and pending ones."""
+        committed = state.committed_version
+        files: set[str] = set()
+        if committed is not None:
+            if self._files is None or self._files[0] > committed:
+                entries = self._history(None)
+                self._learn(entries)
+                files = held_files(e.origin for e in entries if e.origin is not None)
+            else:
+                through, files = self._files
+                if through < committed:
+                    for limit in (16, 256, None):
+                        entries = self._history(limit)
+                        if limit is None or (entries and entries[-1].version <= through):
+                            break
+                    self._learn(entries)
+                    newer = [e.origin for e in entries if e.version > through and e.origin]
+                    files = files | held_files(newer)
+            self._files = (committed, files)
+        pending = [decode(self._staged_origin(s.version)) for s in state.pending]
+        return files | held_files(o for o in pending if o is not None)
+
+    def written(self, decision: Decision | None, report: CommitReport) -> None:
+        """After a write: remember the origin of the version just committed."""
+        if decision is not None and report.committed_version == decision.version:
+            self._known[decision.version] = decision.origin
+            self._recorded = True
+
+    # -- placing a micro-batch ---------------------------------------------------------
+
+    def placer(
+        self, df: Any, origin: BatchOrigin, *, resume: bool, decided: list[Decision]
+    ) -> Callable[[LogState], Placement]:
+        """For the core's ``write``: where micro-batch ``df`` of ``origin`` goes, given
+        the state it read (appended to ``decided`` too)."""
+
+        def place(state: LogState) -> Placement:
+            decision = resolve(
+                origin, self.held(state), resume=resume, app_id=self.app_id, table=self.target
             )
-        return point
+            decided.append(decision)
+            batch = df
+            if decision.leave_out_held and row_files_needed(decision.origin):
+                raise self._files_unknown(decision.origin)
+            if decision.leave_out_held and batch_files(decision.origin):
+                batch = self._leave_out(df, decision.origin, self.files_held(state))
+            return Placement(decision.version, encode(decision.origin), batch, decision.replay)
+
+        return place
+
+    def _files_unknown(self, origin: BatchOrigin) -> CheckpointResetError:
+        """Resuming an Auto Loader stream whose micro-batch does not say its files."""
+        return CheckpointResetError(
+            f"micro-batch {origin.batch_id} of streaming query {origin.query_id} resumes "
+            f"app {self.app_id!r} on {self.target} from Auto Loader, whose checkpoint does "
+            "not list its files, and its rows do not say which file they came from (no "
+            "_metadata.file_path; input_file_name() unavailable), so the rows of files the "
+            "target already holds cannot be left out. Nothing was written. Select the "
+            'file metadata in the stream (.select("*", "_metadata")) and run it again.',
+            query_id=origin.query_id,
+            table=self.target,
+            app_id=self.app_id,
+            version=origin.batch_id,
+        )
+
+    def _leave_out(self, df: Any, origin: BatchOrigin, held: set[str]) -> Any:
+        """``df`` without the rows of the files the writer holds (counted and logged).
+
+        Raises:
+            CheckpointResetError: Some of the batch's files are held, others not, and its
+                rows cannot be told apart by file.
+        """
+        files = {normal_path(f) for f in batch_files(origin)}
+        again = files & held
+        if not again:
+            return df
+        shown = ", ".join(sorted(again)[:3]) + (
+            f" and {len(again) - 3} more" if len(again) > 3 else ""
+        )
+        if again == files:
+            batch, rows = row_count(df)
+            batch = empty_like(batch)
+        else:
+            split = file_rows(df)
+            if split is None:
+                raise CheckpointResetError(
+                    f"micro-batch {origin.batch_id} of streaming query {origin.query_id} "
+                    f"reads files app {self.app_id!r} already holds on {self.target} "
+                    f"({shown}) beside new ones, and its rows do not say which file they "
+                    "came from (no _metadata.file_path; input_file_name() unavailable or "
+                    "empty), so the held rows cannot be left out. Nothing was written. "
+                    'Select the file metadata in the stream (.select("*", "_metadata")), '
+                    "or move the held files out of the input (`deltasink offsets "
+                    f"{self.target} --app {self.app_id} --json` lists them).",
+                    query_id=origin.query_id,
+                    table=self.target,
+                    app_id=self.app_id,
+                    version=origin.batch_id,
+                )
+            drop = {raw for raw in split.counts if normal_path(raw) in held}
+            rows = sum(split.counts[raw] for raw in drop)
+            batch = split.without(drop)
+        logger.info(
+            "app %r: micro-batch %s of streaming query %s resumed after the target: left "
+            "out %d row(s) of %d file(s) the target already holds (%s)",
+            self.app_id,
+            origin.batch_id,
+            origin.query_id,
+            rows,
+            len(again),
+            shown,
+        )
+        return batch
+
+    # -- resuming ----------------------------------------------------------------------
+
+    def resume_point(self, state: LogState) -> ResumePoint:
+        """Where a new query continues right after the newest version held (see
+        :meth:`~deltasink.DeltaSink.offsets`)."""
+        committed = state.committed_version
+        pending = tuple(s.version for s in state.pending)
+        staged = [
+            o for s in reversed(state.pending) if (o := decode(self._staged_origin(s.version)))
+        ]
+        entries = self._history(None) if committed is not None else []
+        self._learn(entries)
+        target_version = next((e.target_version for e in entries if e.version == committed), None)
+        last = pending[-1] if pending else committed
+        own = None if last is None else self.origin_at(last, committed)
+        recorded = staged + [e.origin for e in entries if e.origin is not None]
+        if own is not None:
+            return resume_point(
+                committed, target_version, own, recorded, pending=pending, exact=True
+            )
+        newest = next((o for o in recorded if o.query_id is not None or o.sources), None)
+        return resume_point(
+            committed, target_version, newest, recorded, pending=pending, exact=newest is None
+        )
 
 
 class StreamWriting:
@@ -140,7 +276,7 @@ class StreamWriting:
         *,
         replays_last_only: bool,
         origin: str | None = None,
-        version_of: Callable[[int | None], tuple[int, str | None]] | None = None,
+        place: Callable[[LogState], Placement] | None = None,
     ) -> CommitReport:
         raise NotImplementedError
 
@@ -163,39 +299,54 @@ class StreamWriting:
         A stream is an identity, not a counter: the target commit of each batch records
         its *origin* (:mod:`deltasink.ops.origin`): the query's stable id (the one in
         ``<checkpointLocation>/metadata``), the batch id and the source positions Spark
-        wrote to ``<checkpointLocation>/offsets/<batch_id>``. The version is ``base +
-        batch_id``, ``base`` being 0 unless the query resumed after another one.
+        wrote to ``<checkpointLocation>/offsets/<batch_id>`` (with a file source's
+        files). The version is ``base + batch_id``. One rule places every micro-batch
+        (:mod:`deltasink.ops.placing`), from the *newest version the writer holds*
+        (committed or pending):
 
-        * A batch of the query that committed the current version: Spark replays only
-          its last batch, so the same batch again is a silent no-op (provided it covers
-          the same source positions, else :class:`~deltasink.errors.ReplayMismatchError`),
-          and a lower one is :class:`~deltasink.errors.InvalidVersionError`.
-        * A batch of another query (the checkpoint was deleted, reset or changed; a
-          new one restarts batch ids at 0): :class:`~deltasink.errors.CheckpointResetError`,
-          nothing written, unless ``resume``: the batch becomes the version right after
-          the committed one, and that base is recorded, so a restart of the resumed
-          query maps its batches the same way. Start such a query from the positions
-          :meth:`offsets` gives, or its rows are read again.
+        * written by this query: the next batch is written; a replay (this very batch,
+          same positions) is a silent no-op, a pending one is published; a batch that
+          maps to a version held but is not that batch (a checkpoint restored from an
+          older copy that re-planned it, changed offsets) is
+          :class:`~deltasink.errors.ReplayMismatchError`, nothing written;
+        * written by anything else, another query (a deleted, reset or changed
+          checkpoint) or a batch job (``write()``, ``pre_commit()``, with or without a
+          position): :class:`~deltasink.errors.CheckpointResetError`, nothing written.
+          So a stream and batch jobs on one ``app_id`` stop the stream at its next batch
+          after a batch job's version: give them separate app ids, or resume;
+        * no version records an origin (a target older than origins): the batch id is
+          the version, as before.
+
+        ``resume=True`` is the way out of both refusals: the batch becomes the version
+        right after the newest one held (pending versions are published first, in this
+        call) and that base is recorded, so the query's restarts map their batches the
+        same way with or without ``resume``. A file source's rows of files the writer
+        already holds are left out, counted and logged (by ``_metadata.file_path`` or
+        ``input_file_name()``: :mod:`deltasink.input.files`), for this batch and the
+        query's later ones. Other sources must start where ``deltasink offsets`` says.
 
         The query is identified from ``checkpoint`` when given, else from a classic
         session (the local property ``sql.streaming.queryId``, the checkpoint through
         the driver's running query). Without an identity (Spark Connect without
         ``checkpoint``, a ``pyarrow.Table``) nothing is recorded and ``batch_id`` is the
-        version, as before origins existed; likewise after versions committed by a
-        writer that recorded no query (old versions, ``recover()``, batch jobs).
+        version, as before origins existed.
 
         Args:
             df: The micro-batch.
             batch_id: Spark's batch id.
-            resume: Continue right after the committed version when the current version
-                was committed by another query (see above).
+            resume: Continue right after the newest version held when this query did
+                not write it, or when a batch of it does not replay its version (above).
             checkpoint: The query's ``checkpointLocation`` (needed on Spark Connect and
                 serverless to know the query and its positions).
 
         Raises:
-            CheckpointResetError: Another query committed the current version.
-            ReplayMismatchError: A replay of the committed batch with other positions.
-            InvalidVersionError: ``batch_id`` maps below the committed version.
+            CheckpointResetError: The newest version held was not written by this query;
+                or, resuming, the batch mixes held and new files and its rows cannot be
+                told apart by file.
+            ReplayMismatchError: The batch maps to a version held that does not record
+                it with these positions.
+            InvalidVersionError: Without origins, ``batch_id`` is below the committed
+                version.
             ConfigurationError: ``checkpoint`` holds no offsets for ``batch_id``, or
                 ``resume`` without a way to identify the query.
             As :meth:`write` otherwise.
@@ -213,10 +364,14 @@ class StreamWriting:
                     app_id=self.app_id,
                 )
             return self._write(df, batch_id, replays_last_only=True)
-        chosen: list[tuple[int, BatchOrigin]] = []
-        version_of = self._origins.version_of(origin, resume=resume, chosen=chosen)
-        report = self._write(df, batch_id, replays_last_only=True, version_of=version_of)
-        self._origins.written(report.committed_version, chosen)
+        if row_files_needed(origin):  # Auto Loader: its files are in the rows only
+            split = file_rows(df)
+            if split is not None:
+                df, origin = split.batch, with_row_files(origin, list(split.counts))
+        decided: list[Decision] = []
+        place = self._origins.placer(df, origin, resume=resume, decided=decided)
+        report = self._write(df, batch_id, replays_last_only=True, place=place)
+        self._origins.written(decided[-1] if decided else None, report)
         return report
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from deltasink.backends import Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
+from deltasink.core.committables import LogState, Placement
 from deltasink.core.protocol import (
     CommitReport,
     Committable,
@@ -209,7 +210,10 @@ class DeltaSink(StreamWriting, SinkOperations):
         self._post_commit = tuple(post_commit)
         self._spark = spark
         self._origins = StreamOrigins(
-            target=self.target, app_id=app_id, history=self._maintenance.history
+            target=self.target,
+            app_id=app_id,
+            history=self._maintenance.history,
+            staged_origin=self._backend.staged_origin,
         )
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
             self._backend,
@@ -337,7 +341,7 @@ class DeltaSink(StreamWriting, SinkOperations):
         *,
         replays_last_only: bool,
         origin: str | None = None,
-        version_of: Callable[[int | None], tuple[int, str | None]] | None = None,
+        place: Callable[[LogState], Placement] | None = None,
     ) -> CommitReport:
         return self._after(
             self._core.write(
@@ -345,7 +349,7 @@ class DeltaSink(StreamWriting, SinkOperations):
                 version,
                 replays_last_only=replays_last_only,
                 origin=origin,
-                version_of=version_of,
+                place=place,
             )
         )
 

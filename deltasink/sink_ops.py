@@ -16,8 +16,9 @@ from deltasink.errors import ConfigurationError
 from deltasink.failures import named_storage_errors
 from deltasink.input.arrow import spark_frame
 from deltasink.observe import record_pending
-from deltasink.ops.checkpoint import ResumePoint
 from deltasink.ops.history import HistoryEntry, ledger_table
+from deltasink.ops.origin import BatchOrigin
+from deltasink.ops.resume import ResumePoint
 from deltasink.ops.status import SinkStatus
 from deltasink.resuming import StreamOrigins
 
@@ -58,15 +59,16 @@ class SinkOperations:
 
     @named_storage_errors
     def offsets(self) -> ResumePoint:
-        """The committed version's origin and where a new streaming query starts from
-        to continue right after it (``deltasink offsets``): per source, Kafka
+        """Where a new streaming query starts to continue right after the newest
+        version this writer holds (``deltasink offsets``): the committed version, the
+        pending ones (a query resumed with ``resume=True`` publishes them before its
+        first batch), the newest one's origin and, per source, Kafka
         ``startingOffsets`` JSON, a Delta source's ``startingVersion``, or the files a
-        file source already delivered (every commit's, so the new query can leave them
-        out). ``exact`` is false when versions after the last recorded origin were
-        committed without one (by ``recover()``): the positions are then older than the
-        committed version.
+        file source already delivered (every version's: a resumed query leaves their
+        rows out by itself). ``exact`` is false when the newest version recorded no
+        origin (a batch job's write): the positions are then older than it.
         """
-        return self._origins.resume_point(self._core.state().committed_version)
+        return self._origins.resume_point(self._core.state())
 
     @named_storage_errors
     def status(self, *, with_origin: bool = False) -> SinkStatus:
@@ -93,8 +95,20 @@ class SinkOperations:
             target_exists=self._backend.target_exists(),
             merge=self._backend.recorded_spec(),
             quarantined=dict(state.quarantined),
-            origin=self._origins.committed_origin(state.committed_version) if with_origin else None,
+            origin=self._last_origin(state.committed_version) if with_origin else None,
         )
+
+    def _last_origin(self, committed: int | None) -> BatchOrigin | None:
+        """The origin of the newest committed version that recorded one."""
+        found: BatchOrigin | None = None
+        for limit in (64, None):
+            if committed is None:
+                break
+            entries = self.history(limit)
+            found = next((e.origin for e in entries if e.origin is not None), None)
+            if found is not None:
+                break
+        return found
 
     @named_storage_errors
     def gc(

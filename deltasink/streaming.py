@@ -140,12 +140,14 @@ def foreach_batch_writer(
         target: As :class:`~deltasink.DeltaSink`.
         app_id: As :class:`~deltasink.DeltaSink`.
         merge: As :class:`~deltasink.DeltaSink`.
-        resume: Continue a new checkpoint right after the version another query
-            committed, instead of refusing its batches (start the query from the
-            positions ``deltasink offsets`` prints). Only the new query's first batch
-            needs it: its restarts map their batches the same way without it (the
-            mapping is read back from the target), and with it off again a later lost
-            checkpoint is refused again rather than resumed from wherever it starts.
+        resume: Continue a new or restored checkpoint right after the newest version
+            the app id holds, instead of refusing its batches
+            (:meth:`DeltaSink.foreach_batch`): pending versions are published first, a
+            file source's rows of files already held are left out; start other sources
+            from the positions ``deltasink offsets`` prints. Only the run that resumes
+            needs it: the query's restarts map their batches the same way without it
+            (the mapping is read back from the target), and with it off again a later
+            lost checkpoint is refused again rather than resumed from wherever it starts.
         checkpoint: The query's ``checkpointLocation`` (see :class:`ForeachBatchWriter`).
             On Spark Connect (serverless, standard access mode, Databricks Connect) it
             is the only way to identify the query, and so required there.

@@ -38,11 +38,12 @@ Run locally (embedded engine; nothing to install beyond deltasink):
     python jobs/streaming_upsert.py --lake /tmp/lake      # again: "nothing new"
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 5   # 2 more files
 
-A lost or new checkpoint (issue 24): its batch ids start at 0 again, so the sink refuses
-its first batch (``CheckpointResetError``, exit code 3, nothing written). ``--resume``
-continues with the new checkpoint right after the target: the files the target already
-holds (``sink.offsets()``, also ``deltasink offsets``) are left out and the first new
-batch becomes the next version::
+A lost or new checkpoint: its batch ids start at 0 again, so the sink refuses its first
+batch (``CheckpointResetError``, exit code 3, nothing written); a checkpoint restored
+from an older copy whose batch does not replay its version is refused the same way
+(``ReplayMismatchError``). The same command with ``--resume`` continues right after the
+target: the files the target already holds (``sink.offsets()``, also ``deltasink
+offsets``) are left out and the first new batch becomes the next version::
 
     rm -r /tmp/lake/_checkpoints
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6            # exit 3
@@ -68,7 +69,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from deltasink import CheckpointResetError, CommitReport, DeltaSink, MergeSpec, embedded_spark
+from deltasink import (
+    CheckpointResetError,
+    CommitReport,
+    DeltaSink,
+    MergeSpec,
+    ReplayMismatchError,
+    embedded_spark,
+)
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -217,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="a new checkpoint continues right after the target (leaves out its files)",
+        help="a new or restored checkpoint continues right after the target (leaves out "
+        "the files it holds)",
     )
     parser.add_argument(
         "--poll-seconds", type=float, default=0, help="0: process what is there, then stop"
@@ -282,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             run_batch(spark, sink, checkpoint, last, files, resume=args.resume)
             seen.update(files)
             ran = True
-    except CheckpointResetError as exc:
+    except (CheckpointResetError, ReplayMismatchError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(
             f"To continue with this checkpoint right after the target, run again with "

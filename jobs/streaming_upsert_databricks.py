@@ -21,11 +21,14 @@ replay is a no-op. Two rules follow:
   * a stream is an identity, not a counter: each target commit records the query's id
     (from ``<checkpoint>/metadata``), its batch id and source positions. A new or
     deleted checkpoint starts again at batch 0; its batches are refused with
-    ``CheckpointResetError`` (exit 3, nothing written), never taken for replays. To
-    continue with a new checkpoint, start the source where the target stands
-    (``deltasink offsets TARGET --app APP``: the Delta source's ``--starting-version``;
-    for files, move the ones it lists out of the landing path) and run once with
-    ``--resume`` (docs/runbook.md, "I lost or changed my checkpoint");
+    ``CheckpointResetError`` (exit 3, nothing written), never taken for replays. Run the
+    same command again with ``--resume`` to continue right after the target: for file
+    sources (JSON files, Auto Loader) the rows of files the target already holds are
+    left out by themselves (``_metadata.file_path``, or ``input_file_name()`` on classic
+    compute: on Unity Catalog shared or serverless compute select the file metadata
+    into the stream); a Delta source starts at the ``--starting-version`` that
+    ``deltasink offsets TARGET --app APP`` prints (docs/runbook.md, "I lost or changed
+    my checkpoint");
   * run one query per app id (the bundle sets ``max_concurrent_runs: 1``); a second
     writer fences the first, which then fails with ``FencedError``.
 
@@ -48,12 +51,9 @@ deltasink's embedded engine writes the tables with delta-rs)::
 
     python jobs/streaming_upsert_databricks.py                  # demo, temp dir removed at exit
     python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 5
-    rm -r /tmp/lake/_checkpoints            # a lost checkpoint: refused, exit 3
-    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6
-    deltasink offsets /tmp/lake/silver/orders --app orders-stream --json   # files held
-    mkdir /tmp/lake/done && mv /tmp/lake/landing/orders/events-0000[0-4].json /tmp/lake/done/
-    rm -r /tmp/lake/_checkpoints            # the refused query planned from the old input
-    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 0 --resume
+    rm -r /tmp/lake/_checkpoints            # a lost checkpoint, and a new file lands:
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6            # exit 3
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6 --resume   # new rows only
 
 Knobs to change when you copy it: ``--source``/``--source-format``, ``--target`` (a
 ``catalog.schema.table`` name or a path), ``--checkpoint``, ``--app-id``, ``SCHEMA`` and
@@ -77,7 +77,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltasink import CheckpointResetError, ForeachBatchWriter, MergeSpec, foreach_batch_writer
+from deltasink import (
+    CheckpointResetError,
+    ForeachBatchWriter,
+    MergeSpec,
+    ReplayMismatchError,
+    foreach_batch_writer,
+)
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -108,7 +114,7 @@ def build_writer(args: argparse.Namespace) -> ForeachBatchWriter:
 
 
 def batch_writer(
-    writer: ForeachBatchWriter, refused: list[CheckpointResetError]
+    writer: ForeachBatchWriter, refused: list[CheckpointResetError | ReplayMismatchError]
 ) -> Callable[[Any, int], None]:
     """The ``foreachBatch`` function: the writer, plus a log line per micro-batch.
     A refused batch is also kept in ``refused`` (on classic compute, where the function
@@ -117,10 +123,12 @@ def batch_writer(
     def write_batch(batch_df: Any, batch_id: int) -> None:
         # pre-commit + commit from one read of the Delta logs, the query's id, batch id
         # and source positions recorded in the target commit. A batch of another query
-        # (a new or reset checkpoint) raises CheckpointResetError: nothing written.
+        # (a new or reset checkpoint) raises CheckpointResetError, one that does not
+        # replay its version (a checkpoint restored from an older copy) raises
+        # ReplayMismatchError: nothing written either way.
         try:
             report = writer(batch_df, batch_id)
-        except CheckpointResetError as exc:
+        except (CheckpointResetError, ReplayMismatchError) as exc:
             refused.append(exc)
             raise
         if report.quarantined_versions:  # a failed check (with checks=[...])
@@ -204,8 +212,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="a new checkpoint continues after the version another query committed "
-        "(start the source at `deltasink offsets` first)",
+        help="a new or restored checkpoint continues right after the target (file "
+        "sources: rows of files the target holds are left out; a Delta source: pass "
+        "the --starting-version `deltasink offsets` prints)",
     )
     parser.add_argument(
         "--starting-version", help="Delta source: startingVersion (from `deltasink offsets`)"
@@ -250,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in sink.recover().results:  # start-up: finish what a crash left staged
         print(f"recovered versions {list(r.all_versions)}: {r.outcome}")
 
-    refused: list[CheckpointResetError] = []
+    refused: list[CheckpointResetError | ReplayMismatchError] = []
     stream = (
         read_stream(spark, args)
         .writeStream.foreachBatch(batch_writer(writer, refused))
@@ -270,9 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         # The query's checkpoint is not the one the target's versions came from.
         print(
             f"refused: {refused[0]}\n"
-            f"  see where the target stands: deltasink offsets {sink.target} --app "
-            f"{args.app_id}\n  then start the source there and run once with --resume "
-            "(docs/runbook.md, 'I lost or changed my checkpoint')",
+            "  to continue right after the target, run the same command again with "
+            "--resume (file sources: the rows of files it already holds are left out; a "
+            f"Delta source: add the --starting-version `deltasink offsets {sink.target} "
+            f"--app {args.app_id}` prints). docs/runbook.md, 'I lost or changed my checkpoint'",
             file=sys.stderr,
         )
         return 3

@@ -580,40 +580,30 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path, engine
     assert contents(target) == [(1, "shipped", 10.0), (2, "shipped", 20.0), (4, "created", 40.0)]
     assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
 
-    # Issue 24: the checkpoint is lost and a new file lands. The new query's batch 0
-    # (the first file again) is refused, nothing written; `deltasink offsets` lists the
-    # files already committed; moved out of the landing path, --resume continues.
+    # The checkpoint is lost and a new file lands: two commands (issue 37). The new
+    # query's batch 0 (every file: the template reads up to 1,000 a batch) is refused,
+    # nothing written; the same command with --resume, no file moved, writes the new
+    # file's rows alone (the three files the target holds are left out by their rows'
+    # input_file_name()).
     shutil.rmtree(commits.parent)
-    landing = tmp_path / "landing" / "orders_spark"  # the template's own default
-    demo = [*args, "--demo-files", "4"]
-    reset = run("streaming_upsert_databricks.py", *demo, timeout=JVM_TIMEOUT_S, **env)
+    again = ["--lake", str(tmp_path), "--demo-files", "4"]
+    reset = run("streaming_upsert_databricks.py", *again, timeout=JVM_TIMEOUT_S, **env)
     assert reset.returncode == 3, (reset.stdout, reset.stderr)
     assert "CheckpointResetError" in reset.stderr or "resume" in reset.stderr
-    assert f"deltasink offsets {target} --app orders-stream" in reset.stderr
+    assert "run the same command again with --resume" in reset.stderr
     assert lines(reset, "batch ") == []
     assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
     offsets = CliRunner().invoke(cli_app, ["offsets", target, "--app", "orders-stream", "--json"])
     assert offsets.exit_code == 0, offsets.output
-    point = json.loads(offsets.output)
-    (files,) = point["starting"]
+    (files,) = json.loads(offsets.output)["starting"]
+    landing = tmp_path / "landing" / "orders_spark"  # the template's own default
     assert files["files"] == [(landing / f"events-0000{n}.json").as_uri() for n in range(3)]
-    done = tmp_path / "done"
-    done.mkdir()
-    for uri in files["files"]:
-        name = Path(uri.removeprefix("file://")).name
-        (landing / name).rename(done / name)
-    shutil.rmtree(commits.parent)
     resumed = run(
-        "streaming_upsert_databricks.py",
-        *args,
-        "--demo-files",
-        "0",
-        "--resume",
-        timeout=JVM_TIMEOUT_S,
-        **env,
+        "streaming_upsert_databricks.py", *again, "--resume", timeout=JVM_TIMEOUT_S, **env
     )
     assert resumed.returncode == 0, resumed.stderr
     assert lines(resumed, "batch ") == ["batch 0: committed as version 3"]
+    assert "left out 8 row(s) of 3 file(s)" in resumed.stderr
     assert contents(target) == [
         (1, "shipped", 10.0),
         (2, "shipped", 20.0),

@@ -36,9 +36,11 @@ from deltasink import (
     foreach_batch_writer,
 )
 from deltasink.cli import app
-from deltasink.ops.checkpoint import read_checkpoint, resume_point
+from deltasink.ops.checkpoint import read_checkpoint
 from deltasink.ops.history import ledger_table
-from deltasink.ops.origin import BatchOrigin, decode, resolve
+from deltasink.ops.origin import BatchOrigin, decode
+from deltasink.ops.placing import Decision, Held, resolve
+from deltasink.ops.resume import resume_point
 from tests import support
 
 APPEND = MergeSpec(mode="append")
@@ -151,7 +153,7 @@ def test_a_replay_with_other_positions_is_refused(tmp_path: Path, target: str) -
     ck.offsets(0, kafka(0))
     DeltaSink(target, APP, APPEND).foreach_batch(rows(1), 0, checkpoint=ck.root)
     ck.offsets(0, kafka(3))  # the checkpoint's offsets were edited
-    with pytest.raises(ReplayMismatchError, match="differ from the committed ones"):
+    with pytest.raises(ReplayMismatchError, match="differ from the ones version 0 recorded"):
         DeltaSink(target, APP, APPEND).foreach_batch(rows(1, 9), 0, checkpoint=ck.root)
     assert support.ids(target) == [1]
     assert support.marker(target, APP) == 0
@@ -198,18 +200,17 @@ def test_resume_continues_after_the_committed_version_across_restarts(
 
 
 def test_resume_survives_a_version_published_by_recover(tmp_path: Path, target: str) -> None:
-    """Versions ``recover()`` publishes record no origin: the mapping comes from the
-    newest commit that recorded one."""
+    """A resumed query's batch staged after a failed publish keeps its origin (``base``
+    included); ``recover()`` publishes it with it, so the restart maps the same way."""
     old, new = Checkpoint(tmp_path / "ck-a"), Checkpoint(tmp_path / "ck-b")
     old.offsets(0, kafka(0))
     DeltaSink(target, APP, APPEND).foreach_batch(rows(0), 0, checkpoint=old.root)
     new.offsets(0, kafka(1))
     DeltaSink(target, APP, APPEND).foreach_batch(rows(1), 0, resume=True, checkpoint=new.root)
-    sink = DeltaSink(target, APP, APPEND)
-    sink.pre_commit(rows(2), 2)  # new batch 1, staged; the job died before commit
-    sink.recover()
-    assert support.marker(target, APP) == 2
     new.offsets(1, kafka(2))
+    with _faults.armed("publish.before_target_commit"), pytest.raises(CommitError):
+        DeltaSink(target, APP, APPEND).foreach_batch(rows(2), 1, checkpoint=new.root)
+    assert DeltaSink(target, APP).recover().committed_versions == [2]
     replay = DeltaSink(target, APP, APPEND).foreach_batch(rows(2), 1, checkpoint=new.root)
     assert (replay.committed_versions, replay.committed_version) == ([], 2)
     new.offsets(2, kafka(3))
@@ -218,6 +219,28 @@ def test_resume_survives_a_version_published_by_recover(tmp_path: Path, target: 
     assert support.ids(target) == [0, 1, 2, 3]
     point = DeltaSink(target, APP).offsets()
     assert (point.version, point.exact, point.origin and point.origin.batch_id) == (3, True, 2)
+
+
+def test_a_version_without_origin_between_batches_is_refused(tmp_path: Path, target: str) -> None:
+    """A version staged or written without an origin (``pre_commit``, a batch job's
+    ``write()``) is nobody's replay: the stream's next batch is refused, nothing
+    written, until it resumes after it."""
+    ck = Checkpoint(tmp_path / "ck")
+    ck.offsets(0, kafka(0))
+    DeltaSink(target, APP, APPEND).foreach_batch(rows(0), 0, checkpoint=ck.root)
+    sink = DeltaSink(target, APP, APPEND)
+    sink.pre_commit(rows(1), 1)
+    sink.recover()
+    ck.offsets(1, kafka(1))
+    before = support.table_version(target)
+    with pytest.raises(CheckpointResetError, match="no stream identity"):
+        DeltaSink(target, APP, APPEND).foreach_batch(rows(11), 1, checkpoint=ck.root)
+    assert support.table_version(target) == before
+    report = DeltaSink(target, APP, APPEND).foreach_batch(
+        rows(11), 1, resume=True, checkpoint=ck.root
+    )
+    assert report.committed_versions == [2]
+    assert support.ids(target) == [0, 1, 11]
 
 
 def test_a_batch_staged_after_a_failed_publish_keeps_its_origin(
@@ -352,20 +375,55 @@ def test_the_writer_carries_resume_and_checkpoint(
     assert support.ids(target) == [1, 2]
 
 
+def held(
+    committed: int | None,
+    last: BatchOrigin | None,
+    *,
+    pending: tuple[int, ...] = (),
+    recorded: bool = True,
+    at: dict[int, BatchOrigin] | None = None,
+) -> Held:
+    return Held(committed, pending, last, recorded, lambda v: (at or {}).get(v))
+
+
 def test_resolve_is_the_rule() -> None:
     a = BatchOrigin(query_id="a", batch_id=3, sources=(kafka(3),))
     kw: dict[str, Any] = {"app_id": APP, "table": "t", "resume": False}
-    assert resolve(a, committed=None, committed_origin=None, **kw)[0] == 3
-    assert resolve(a, committed=3, committed_origin=a, **kw)[0] == 3
+    assert resolve(a, held(None, None), **kw).version == 3
+    assert resolve(a, held(3, a), **kw) == Decision(3, a, replay=True)
     based = BatchOrigin(query_id="a", batch_id=1, base=7)
-    assert resolve(a, committed=8, committed_origin=based, **kw) == (
-        10,
-        BatchOrigin(query_id="a", batch_id=3, base=7, sources=(kafka(3),)),
+    assert resolve(a, held(8, based), **kw) == Decision(
+        10, BatchOrigin(query_id="a", batch_id=3, base=7, sources=(kafka(3),))
     )
     other = BatchOrigin(query_id="b", batch_id=0)
     with pytest.raises(CheckpointResetError):
-        resolve(a, committed=0, committed_origin=other, **kw)
-    assert resolve(a, committed=5, committed_origin=other, **{**kw, "resume": True})[0] == 6
+        resolve(a, held(0, other), **kw)
+    resumed = resolve(a, held(5, other), **{**kw, "resume": True})
+    assert (resumed.version, resumed.origin.base, resumed.origin.resumed) == (6, 3, True)
+    # The newest version held is a pending one: resume goes after it, not onto it.
+    assert resolve(a, held(5, other, pending=(6, 7)), **{**kw, "resume": True}).version == 8
+    # A batch job's version (a position, no query) or one without any origin: refused.
+    job = BatchOrigin(position={"date": "2026-11-25"})
+    with pytest.raises(CheckpointResetError, match="a batch job"):
+        resolve(a, held(3, job), **kw)
+    with pytest.raises(CheckpointResetError, match="no stream identity"):
+        resolve(a, held(3, None), **kw)
+    # No version records any origin (a target older than origins): the batch id.
+    assert resolve(a, held(3, None, recorded=False), **kw).version == 3
+    # A replay must be this very batch with these positions (files included).
+    moved = BatchOrigin(query_id="a", batch_id=3, sources=(kafka(4),))
+    with pytest.raises(ReplayMismatchError):
+        resolve(a, held(3, moved), **kw)
+    files = BatchOrigin(query_id="a", batch_id=1, sources=({"logOffset": 1, "files": ["p2"]},))
+    more = BatchOrigin(query_id="a", batch_id=1, sources=({"logOffset": 1, "files": ["p2", "p3"]},))
+    with pytest.raises(ReplayMismatchError, match="resume=True"):
+        resolve(more, held(1, files), **kw)
+    again = resolve(more, held(1, files), **{**kw, "resume": True})
+    assert (again.version, again.leave_out_held, again.origin.base) == (2, True, 1)
+    # A lower batch of the same query (a checkpoint restored from an older copy) is a
+    # replay of the version it wrote, when that version recorded it.
+    older = BatchOrigin(query_id="a", batch_id=1, sources=(kafka(1),))
+    assert resolve(older, held(3, a, at={1: older}), **kw).replay
     assert decode("not json") is None
     assert decode('{"query": "q", "batch": 2}') == BatchOrigin(query_id="q", batch_id=2)
 

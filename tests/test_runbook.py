@@ -90,17 +90,44 @@ def test_i_lost_my_checkpoint(tmp_path: Path, target: str) -> None:
     new.offsets(0, {"orders": {"0": 20}})
     with pytest.raises(CheckpointResetError, match="up to 1"):
         job.foreach_batch(batch(2), 0, checkpoint=new.root)
-    text, as_json = sections()["I lost or changed my checkpoint"]
-    code, output = run(text, target)
+    (offsets,) = sections()["I lost or changed my checkpoint"]
+    code, output = run(offsets, target)
     assert code == 0
     assert "committed version 1" in output
     assert """startingOffsets", '{"orders":{"0":20}}'""" in output
-    code, output = run(as_json, target)
+    code, output = run(offsets + " --json", target)
     assert code == 0
     assert json.loads(output)["starting"][0]["startingOffsets"] == '{"orders":{"0":20}}'
     job.foreach_batch(batch(2), 0, resume=True, checkpoint=new.root)
     assert support.ids(target) == [0, 1, 2]
     assert support.marker(target, "orders-ingest") == 2
+
+
+def test_i_lost_my_file_source_checkpoint(tmp_path: Path, target: str) -> None:
+    """A file source: the same run again with resume, no file moved, every row once."""
+    import shutil
+
+    from tests.streams import FileStream, Landing, micro_batch
+
+    landing = Landing(tmp_path / "in")
+    for _ in range(2):
+        landing.add(2)
+    job = DeltaSink(target, "orders-ingest", MergeSpec(mode="append"))
+
+    def run_stream(resume: bool) -> None:
+        stream = FileStream(tmp_path / "ck", landing, max_files=None)
+        while (planned := stream.next_batch()) is not None:
+            n, files = planned
+            job.foreach_batch(micro_batch(landing, files), n, resume=resume, checkpoint=stream.root)
+            stream.commit(n)
+
+    run_stream(resume=False)
+    shutil.rmtree(tmp_path / "ck")
+    landing.add(2)
+    with pytest.raises(CheckpointResetError, match="up to 0"):
+        run_stream(resume=False)
+    run_stream(resume=True)
+    assert support.ids(target) == landing.ids()
 
 
 def test_a_version_is_quarantined(target: str) -> None:

@@ -43,6 +43,11 @@ class CommitPort(Participant[object], SupportsFencing, Protocol):
         there was one)."""
         ...
 
+    def staged_origin(self, version: int) -> str | None:
+        """The encoded origin (:mod:`deltasink.ops.origin`) staged version ``version``'s
+        stage commit recorded, if any."""
+        ...
+
 
 class MaintenancePort(Protocol):
     """Operations beside the writer, never on the commit path."""

@@ -113,26 +113,39 @@ def offsets(
     storage_option: StorageOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print the last committed version's source positions and where a new streaming
-    query starts to continue right after it (after a lost or changed checkpoint)."""
+    """Print the committed and pending versions, the newest one's source positions, and
+    where a new streaming query starts to continue right after it (after a lost or
+    changed checkpoint)."""
     with exit_on_error(as_json):
         point = known_sink(target, app_id, staging, storage_option).offsets()
     if as_json:
         out.print_json(json.dumps(point.to_dict()))
         return
-    if point.version is None:
+    if point.version is None and not point.pending:
         out.print(f"app {app_id} has committed nothing to {target}")
         return
-    out.print(f"committed version {point.version} of app {app_id} on {target}")
+    if point.version is None:
+        out.print(f"app {app_id} has committed nothing to {target} yet")
+    else:
+        out.print(f"committed version {point.version} of app {app_id} on {target}")
+    if point.pending:
+        out.print(
+            f"pending versions {list(point.pending)}: staged, not yet in the target; "
+            "`deltasink recover` publishes them, and so does a query resumed with "
+            "resume=True before its first batch (abort one to drop it)"
+        )
     if point.origin is None:
-        out.print("no source positions were recorded with it (written without a stream)")
+        out.print(
+            f"no source positions were recorded with version {point.through} "
+            "(written without a stream)"
+        )
         return
     origin = point.origin
     out.print(f"  origin: {_origin_text(origin)} (base {origin.base})")
     if not point.exact:
         out.print(
-            "  [yellow]later versions were committed without an origin (recover()): these "
-            "positions are behind the committed version[/]"
+            f"  [yellow]version {point.through} recorded no origin (a batch job's write, or "
+            "pre_commit): these positions are behind it[/]"
         )
 
     def plain(text: str) -> None:  # copy-pasteable: no wrapping, no markup
@@ -155,12 +168,13 @@ def offsets(
         elif kind == "files":
             plain(
                 f"  source {source['source']} (files): {len(source['files'])} file(s) "
-                "already committed; keep them out of the new query's input (--json "
-                "lists them)"
+                "already held; a query resumed with resume=True leaves their rows out by "
+                "itself (--json lists them)"
             )
         else:
             plain(f"  source {source['source']}: offset {json.dumps(source.get('offset'))}")
     out.print(
-        "  resume a new checkpoint from there with foreach_batch_writer(..., resume=True) "
+        f"  resume a new checkpoint right after version {point.through} with "
+        "foreach_batch_writer(..., resume=True) or the templates' --resume "
         '(docs/runbook.md, "I lost or changed my checkpoint")'
     )

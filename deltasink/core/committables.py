@@ -24,6 +24,7 @@ __all__ = [
     "LogState",
     "LostMarker",
     "Outcome",
+    "Placement",
     "Prepared",
     "Progress",
     "StagedVersion",
@@ -73,6 +74,25 @@ class Prepared:
     payload: Any = field(compare=False, repr=False)
     through: bool = False
     origin: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where ``write()`` puts a batch whose version is decided from the state it read
+    (a stream's micro-batch, :mod:`deltasink.ops.placing`).
+
+    Attributes:
+        version: The version to write.
+        origin: Its origin, encoded (:mod:`deltasink.ops.origin`).
+        batch: The batch to write (the one given, or it without rows to leave out).
+        replay: ``version`` already holds this very batch: a committed one is a silent
+            no-op (not a stale version), a pending one is published.
+    """
+
+    version: int
+    origin: str | None
+    batch: Any = field(repr=False)
+    replay: bool = False
 
 
 class LostMarker(NamedTuple):

@@ -33,6 +33,7 @@ from deltasink.core.committables import (
     CommitResult,
     Committable,
     LogState,
+    Placement,
     Prepared,
     Progress,
     StagedVersion,
@@ -222,7 +223,7 @@ class TwoPhaseCommit(PublishRun[B]):
         progress: Progress | None = None,
         replays_last_only: bool = False,
         origin: str | None = None,
-        version_of: Callable[[int | None], tuple[object, str | None]] | None = None,
+        place: Callable[[LogState], Placement] | None = None,
     ) -> CommitReport:
         """Both phases for one batch whose source is not acknowledged yet.
 
@@ -236,11 +237,12 @@ class TwoPhaseCommit(PublishRun[B]):
         recorded by its stage commit and by the target commit whose marker is its version
         (both travel to the participant on the :class:`Prepared` batch).
 
-        ``version_of``: called with the committed version (from that same read) before
-        anything else, returns the version to write instead of ``version`` and its origin
-        (a stream's batch id mapped by its recorded origin,
-        :func:`deltasink.ops.origin.resolve`); it may raise to refuse the batch, nothing
-        written.
+        ``place``: called with that same state before anything else, returns the
+        :class:`Placement` to write instead of ``batch``, ``version`` and ``origin`` (a
+        stream's micro-batch mapped by the origins the writer's versions recorded,
+        :mod:`deltasink.ops.placing`); it may raise to refuse the batch, nothing written.
+        A placement that is a ``replay`` of a committed version changes nothing and is
+        never a stale version.
 
         With nothing staged and a participant that :class:`SupportsDirectPublish`, the
         validated batch is published straight into the target (its marker makes a
@@ -256,9 +258,11 @@ class TwoPhaseCommit(PublishRun[B]):
         participant = self.participant
         state = self._read()
         committed = state.committed_version
-        if version_of is not None:
-            chosen, origin = version_of(committed)
-            v = check_version(chosen)
+        if place is not None:
+            placement = place(state)
+            v, origin, batch = check_version(placement.version), placement.origin, placement.batch
+            if placement.replay and state.is_committed(v):
+                return self._run(v, recovering=False, progress=progress)
         if replays_last_only and committed is not None and v < committed:
             raise InvalidVersionError(
                 f"batch {v} is below the committed version {committed} of app {self.app_id!r}: "

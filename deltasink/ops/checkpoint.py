@@ -1,24 +1,39 @@
 """Reading a Spark streaming checkpoint: a micro-batch's source offsets and files, the
 query's stable id, the origin of a ``foreachBatch`` batch (:func:`stream_origin`), and the
-point a query resumes from after a version (:func:`resume_point`)."""
+point a query resumes from is :mod:`deltasink.ops.resume`'s.
+
+The files are Spark 4's own layout (checked against a checkpoint classic PySpark 4.2
+writes, ``tests/test_stream_reset_jvm.py``): ``metadata`` (``{"id": <query id>}``),
+``offsets/<batch>`` (``v1``, the batch's metadata line, then one line per source:
+its end offset as JSON, or ``-``), ``commits/<batch>`` (written after the batch), and a
+file source's own log ``sources/<i>/<logOffset>`` (``v1`` then one
+``{"path", "timestamp", "batchId"}`` line per file; every tenth batch compacted into
+``<n>.compact`` holding the earlier entries too). Auto Loader (``cloudFiles``) keeps its
+files in RocksDB under ``sources/<i>``; its offset (``{"seqNum", "sourceVersion",
+"lastBackfillStartTimeMs", ...}``) carries no file list, so :func:`row_files_needed`
+tells the caller to take the batch's files from its rows.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from deltasink.errors import ConfigurationError
 
 from .origin import BatchOrigin
 
-__all__ = ["ResumePoint", "checkpoint_location", "read_checkpoint", "resume_point", "stream_origin"]
-
-
-#: Delta's source offset index meaning "every file of that version was read".
-_DELTA_END_INDEX = 2**63 - 1
+__all__ = [
+    "checkpoint_location",
+    "is_auto_loader",
+    "read_checkpoint",
+    "row_files_needed",
+    "stream_origin",
+    "with_row_files",
+]
 
 
 def _local(location: str) -> str | None:
@@ -53,27 +68,79 @@ def _log_entry(text: str) -> list[str]:
     return lines[1:]
 
 
-def _files_of(checkpoint: str, source: int, log_offset: int) -> list[str] | None:
-    """The files a file source read in its batch ``log_offset`` (its own metadata log
-    ``sources/<i>/<n>``, or the compacted ``<n>.compact`` that holds it too)."""
-    base = f"{checkpoint.rstrip('/')}/sources/{source}/{log_offset}"
-    text = _read_text(base)
+def _compacted(checkpoint: str, source: int) -> list[int]:
+    """The compacted files of a file source's log (``<n>.compact``), ascending."""
+    folder = f"{checkpoint}/sources/{source}"
+    path = _local(folder)
+    try:
+        if path is not None:
+            names = os.listdir(path)
+        else:
+            from pyarrow import fs
+
+            filesystem, inner = fs.FileSystem.from_uri(folder)
+            infos = filesystem.get_file_info(fs.FileSelector(inner, allow_not_found=True))
+            names = [info.base_name for info in infos]
+    except FileNotFoundError:
+        return []
+    return sorted(int(n.split(".")[0]) for n in names if n.endswith(".compact") and n[0].isdigit())
+
+
+def _log_batch(
+    checkpoint: str, source: int, n: int, compacted: Callable[[], list[int]]
+) -> list[str] | None:
+    """The files of entry ``n`` of a file source's log: its own file ``<n>``, or the
+    first compacted file at or after it (Spark compacts every tenth entry into
+    ``<n>.compact`` and deletes the earlier files later)."""
+    base = f"{checkpoint}/sources/{source}"
+    text = _read_text(f"{base}/{n}")
     if text is None:
-        text = _read_text(base + ".compact")
+        holder = next((c for c in compacted() if c >= n), None)
+        text = None if holder is None else _read_text(f"{base}/{holder}.compact")
     if text is None:
         return None
-    files = []
-    for line in _log_entry(text):
-        entry = json.loads(line)
-        if int(entry.get("batchId", log_offset)) == log_offset:
-            files.append(str(entry["path"]))
+    return [
+        str(entry["path"])
+        for entry in map(json.loads, _log_entry(text))
+        if int(entry.get("batchId", n)) == n
+    ]
+
+
+def _files_of(checkpoint: str, source: int, start: int, end: int) -> list[str] | None:
+    """The files a file source read in a micro-batch covering its log entries ``start``
+    (excluded) to ``end`` (included): usually one entry, more after a crash between
+    the source's log and the offsets file."""
+    listed: list[list[int]] = []
+
+    def compacted() -> list[int]:  # listed once, and only when a plain entry is gone
+        if not listed:
+            listed.append(_compacted(checkpoint, source))
+        return listed[0]
+
+    files: list[str] = []
+    for n in range(start + 1, end + 1):
+        found = _log_batch(checkpoint, source, n, compacted)
+        if found is None:
+            return None
+        files.extend(found)
     return files
+
+
+def _log_offsets(root: str, batch_id: int) -> list[Any] | None:
+    """The source offsets of ``offsets/<batch_id>`` (``None`` per ``-``), or ``None``
+    when the file does not exist."""
+    text = _read_text(f"{root}/offsets/{batch_id}")
+    if text is None:
+        return None
+    lines = _log_entry(text)[1:]  # the first line is the batch's metadata
+    return [None if line.strip() in ("", "-") else json.loads(line) for line in lines]
 
 
 def read_checkpoint(checkpoint: str, batch_id: int) -> tuple[str | None, tuple[Any, ...]]:
     """The query id of ``checkpoint`` (its ``metadata`` file) and the end positions of
     micro-batch ``batch_id`` (its ``offsets/<batch_id>`` file, written by Spark before
-    the batch ran), one per source; a file source's entry gains the batch's ``files``.
+    the batch ran), one per source; a file source's entry gains the batch's ``files``
+    (its log's entries after the previous batch's ``logOffset``, up to its own).
 
     Raises:
         ConfigurationError: The checkpoint has no metadata or no offsets for the batch
@@ -81,26 +148,53 @@ def read_checkpoint(checkpoint: str, batch_id: int) -> tuple[str | None, tuple[A
     """
     root = checkpoint.rstrip("/")
     meta = _read_text(f"{root}/metadata")
-    offsets = _read_text(f"{root}/offsets/{batch_id}")
+    offsets = _log_offsets(root, batch_id)
     if meta is None or offsets is None:
         raise ConfigurationError(
             f"{checkpoint} holds no streaming checkpoint for micro-batch {batch_id} "
             "(no metadata or offsets file): pass the query's checkpointLocation."
         )
     query_id = json.loads(meta.strip().splitlines()[0]).get("id")
-    lines = _log_entry(offsets)[1:]  # the first line is the batch's metadata
+    previous: list[Any] | None = []
+    if batch_id > 0 and any(isinstance(o, dict) and set(o) == {"logOffset"} for o in offsets):
+        previous = _log_offsets(root, batch_id - 1)  # a file source's batch starts there
     sources: list[Any] = []
-    for index, line in enumerate(lines):
-        if line.strip() in ("", "-"):
-            sources.append(None)
-            continue
-        offset = json.loads(line)
+    for index, offset in enumerate(offsets):
         if isinstance(offset, dict) and set(offset) == {"logOffset"}:
-            files = _files_of(root, index, int(offset["logOffset"]))
+            end = int(offset["logOffset"])
+            start = end - 1  # the previous batch's offsets purged: this entry alone
+            if previous is not None:
+                before = previous[index] if index < len(previous) else None
+                start = int(before["logOffset"]) if isinstance(before, dict) else -1
+            files = _files_of(root, index, start, end)
             sources.append({**offset, "files": files} if files is not None else offset)
         else:
             sources.append(offset)
     return (None if query_id is None else str(query_id)), tuple(sources)
+
+
+def is_auto_loader(offset: Any) -> bool:
+    """Whether a source offset is Auto Loader's (``cloudFiles``)."""
+    return isinstance(offset, dict) and "seqNum" in offset and "lastBackfillStartTimeMs" in offset
+
+
+def row_files_needed(origin: BatchOrigin) -> bool:
+    """Whether ``origin`` has a file source whose files the checkpoint does not list
+    (Auto Loader): they must come from the micro-batch's rows (:func:`with_row_files`)."""
+    return any(is_auto_loader(s) and "files" not in s for s in origin.sources)
+
+
+def with_row_files(origin: BatchOrigin, files: Sequence[str]) -> BatchOrigin:
+    """``origin`` with ``files`` (read from the micro-batch's rows) as the files of its
+    Auto Loader sources."""
+    listed = sorted(set(files))
+    return replace(
+        origin,
+        sources=tuple(
+            {**s, "files": listed} if is_auto_loader(s) and "files" not in s else s
+            for s in origin.sources
+        ),
+    )
 
 
 def _checkpoint_of(session: Any, query_id: str) -> str | None:
@@ -175,95 +269,6 @@ def stream_origin(df: Any, batch_id: int, *, checkpoint: str | None = None) -> B
         sources=sources,
         checkpoint=checkpoint,
     )
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """Where the target stands for one writer, and where a new query starts.
-
-    Attributes:
-        version: The committed version (``None``: nothing committed).
-        target_version: The target's Delta version holding it.
-        origin: Its recorded origin (``None`` if none was recorded).
-        starting: Per source, what a new query starts from: ``{"kind": "kafka",
-            "startingOffsets": "<json>"}``, ``{"kind": "delta", "startingVersion": n}``,
-            ``{"kind": "files", "files": [...]}`` (every file committed so far:
-            keep them out of the new query's input), or ``{"kind": "unknown"}``.
-        exact: Whether ``origin`` is the committed version's own (false when later
-            versions were committed without one, e.g. by ``recover()``: the positions
-            are then behind the committed version).
-    """
-
-    version: int | None
-    target_version: int | None = None
-    origin: BatchOrigin | None = None
-    starting: tuple[dict[str, Any], ...] = ()
-    exact: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "version": self.version,
-            "target_version": self.target_version,
-            "origin": None if self.origin is None else self.origin.to_dict(),
-            "starting": list(self.starting),
-            "exact": self.exact,
-        }
-
-
-def _starting(source: Any, index: int, files: Sequence[str]) -> dict[str, Any]:
-    if isinstance(source, dict) and "reservoirVersion" in source:
-        version, at = int(source["reservoirVersion"]), int(source.get("index", -1))
-        out: dict[str, Any] = {"kind": "delta", "source": index}
-        if at == -1:
-            out["startingVersion"] = version
-        else:
-            out["startingVersion"] = version + 1
-            if at != _DELTA_END_INDEX:
-                out["note"] = (
-                    f"the last batch ended inside version {version} (file index {at}); "
-                    f"startingVersion {version + 1} skips that version's later files"
-                )
-        return out
-    if isinstance(source, dict) and "logOffset" in source:
-        return {"kind": "files", "source": index, "files": list(files)}
-    if (
-        isinstance(source, dict)
-        and source
-        and all(
-            isinstance(p, dict) and all(isinstance(o, int) for o in p.values())
-            for p in source.values()
-        )
-    ):
-        return {
-            "kind": "kafka",
-            "source": index,
-            "startingOffsets": json.dumps(source, separators=(",", ":"), sort_keys=True),
-        }
-    return {"kind": "unknown", "source": index, "offset": source}
-
-
-def resume_point(
-    version: int | None,
-    target_version: int | None,
-    origin: BatchOrigin | None,
-    earlier: Sequence[BatchOrigin] = (),
-) -> ResumePoint:
-    """The :class:`ResumePoint` of a committed version with ``origin``; ``earlier``:
-    the origins of the versions committed before it (newest first), for the files a
-    file source already delivered (by any query: a new one must skip them all)."""
-    if origin is None:
-        return ResumePoint(version, target_version)
-    starting = []
-    for index, source in enumerate(origin.sources):
-        files: list[str] = []
-        for o in [origin, *earlier]:
-            if index < len(o.sources):
-                entry = o.sources[index]
-                if isinstance(entry, dict):
-                    files.extend(entry.get("files") or ())
-        starting.append(_starting(source, index, sorted(set(files))))
-    return ResumePoint(version, target_version, origin, tuple(starting))
 
 
 def checkpoint_location(value: str | os.PathLike[str] | None) -> str | None:

@@ -12,36 +12,42 @@ commit's metadata, :func:`encode`):
   the local property ``sql.streaming.queryId`` (``spark.jobGroup.id`` is the *run*
   id, new on every restart, so it is no identity);
 * ``batch``: the micro-batch id, and ``base``: the version of batch 0 (``version =
-  base + batch``; 0 unless the query resumed after another one, see :func:`resolve`);
+  base + batch``; 0 unless the query resumed after another version, see
+  :mod:`deltasink.ops.placing`), and ``resumed`` when it did;
 * ``sources``: the batch's end positions, one per source, exactly as Spark wrote them to
   ``<checkpointLocation>/offsets/<batch>`` before the batch ran (Kafka
   ``{"topic": {"partition": offset}}``, Delta ``reservoirVersion``/``index``, file
-  source ``logOffset`` plus the files of the batch);
-* ``position``: for batch jobs, whatever JSON value they pass (a date, a file list).
+  source ``logOffset``), a file source's entry with the ``files`` of the batch (from the
+  checkpoint's file log; for Auto Loader, whose file log Spark keeps in RocksDB, from the
+  micro-batch's ``_metadata.file_path``);
+* ``position``: for batch jobs, whatever JSON value they pass (a date, a file list);
+* ``earlier``: when several pending versions were published in one commit (coalesced),
+  the origins of the versions before the last one, so their positions and files stay on
+  record.
 
-:func:`resolve` applies the rule to a micro-batch: a batch of the query that committed
-the current version maps to ``base + batch`` (its replay is a no-op); a batch of any
-other query is a :class:`~deltasink.errors.CheckpointResetError` unless the caller
-resumes, which maps it right after the committed version and records that base, so a
-restart of the resumed query maps its batches the same way (derived from the log).
+The rule that maps a micro-batch to a version with these records is
+:mod:`deltasink.ops.placing`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-from deltasink.errors import CheckpointResetError, ReplayMismatchError
+from urllib.parse import unquote
 
 __all__ = [
+    "ORIGIN_KEY",
     "BatchOrigin",
     "batch_files",
-    "check_resume_start",
+    "combine",
     "decode",
     "encode",
-    "resolve",
+    "held_files",
+    "normal_path",
+    "origin_for",
+    "same_positions",
 ]
 
 #: The commit-metadata key of the origin (delta-rs custom metadata); the spark engine
@@ -60,6 +66,10 @@ class BatchOrigin:
         sources: The batch's end positions, one per source, in Spark's own JSON.
         position: A batch job's own position (any JSON value), or ``None``.
         checkpoint: The checkpoint location, when known (for operators).
+        resumed: The query's ``base`` was set by a resume: its batches may read files
+            the target already holds, whose rows are left out.
+        earlier: The origins of the versions coalesced before this one into the same
+            target commit, ascending (empty for a commit of one version).
     """
 
     query_id: str | None = None
@@ -68,6 +78,13 @@ class BatchOrigin:
     sources: tuple[Any, ...] = ()
     position: Any = None
     checkpoint: str | None = field(default=None, compare=False)
+    resumed: bool = False
+    earlier: tuple[BatchOrigin, ...] = ()
+
+    @property
+    def version(self) -> int | None:
+        """The version a stream's origin belongs to (``base + batch_id``)."""
+        return None if self.batch_id is None else self.base + self.batch_id
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form recorded in the commit (empty fields left out)."""
@@ -77,12 +94,16 @@ class BatchOrigin:
         if self.batch_id is not None:
             out["batch"] = self.batch_id
             out["base"] = self.base
+        if self.resumed:
+            out["resumed"] = True
         if self.sources:
             out["sources"] = list(self.sources)
         if self.position is not None:
             out["position"] = self.position
         if self.checkpoint is not None:
             out["checkpoint"] = self.checkpoint
+        if self.earlier:
+            out["earlier"] = [o.to_dict() for o in self.earlier]
         return out
 
     @classmethod
@@ -96,6 +117,10 @@ class BatchOrigin:
             sources=tuple(data.get("sources") or ()),
             position=data.get("position"),
             checkpoint=data.get("checkpoint"),
+            resumed=bool(data.get("resumed", False)),
+            earlier=tuple(
+                cls.from_dict(o) for o in data.get("earlier") or () if isinstance(o, Mapping)
+            ),
         )
 
 
@@ -120,124 +145,68 @@ def decode(value: Any) -> BatchOrigin | None:
         return None
 
 
-# -- reading a checkpoint (Spark's own files) ---------------------------------------------
+def combine(origins: Sequence[str | None]) -> str | None:
+    """The origin of one target commit publishing several versions (coalesced), from
+    their encoded origins in ascending order: the last one's, with the others as
+    ``earlier`` (so no version's positions and files leave the record); ``None`` when
+    none recorded one."""
+    decoded = [decode(o) if o is not None else None for o in origins]
+    if not any(o is not None for o in decoded):
+        return None
+    last = decoded[-1] or BatchOrigin()
+    earlier = [
+        e for o in decoded[:-1] if o is not None for e in (*o.earlier, replace(o, earlier=()))
+    ]
+    return encode(replace(last, earlier=(*earlier, *last.earlier)))
 
 
-# -- the rule -------------------------------------------------------------------------------
-
-
-def resolve(
-    origin: BatchOrigin,
-    *,
-    committed: int | None,
-    committed_origin: BatchOrigin | None,
-    resume: bool,
-    app_id: str,
-    table: str,
-) -> tuple[int, BatchOrigin]:
-    """The version of micro-batch ``origin`` and the origin to record with it.
-
-    * Nothing committed: ``base`` 0 (the batch id is the version).
-    * The current version was committed by the same query: its recorded ``base``; a
-      replay of it must cover the same source positions.
-    * By another query (or by no query: a batch job): refused, unless ``resume``,
-      which puts the batch right after the committed version (``base = committed + 1 -
-      batch``) and records that base for the new query's later batches and restarts.
-      A version committed before origins were recorded (none) keeps the old rule
-      (batch id = version).
-
-    Raises:
-        CheckpointResetError: Another query committed the current version.
-        ReplayMismatchError: A replay of the committed version with other positions.
-    """
-    batch = origin.batch_id
-    assert batch is not None
-    if committed is None:
-        return batch, replace(origin, base=0)
-    known = committed_origin is not None and committed_origin.query_id is not None
-    if known and committed_origin is not None and committed_origin.query_id == origin.query_id:
-        version = committed_origin.base + batch
-        if (
-            version == committed
-            and committed_origin.batch_id == batch
-            and committed_origin.sources
-            and origin.sources
-            and _positions(committed_origin.sources) != _positions(origin.sources)
-        ):
-            raise ReplayMismatchError(
-                f"micro-batch {batch} of query {origin.query_id} replays version {version} "
-                f"of app {app_id!r}, but its source positions {list(origin.sources)} differ "
-                f"from the committed ones {list(committed_origin.sources)}: the checkpoint's "
-                "offsets were changed. Nothing was written. Restore the checkpoint, or "
-                "resume a new query after the committed version (resume=True).",
-                table=table,
-                app_id=app_id,
-                version=version,
-            )
-        return version, replace(origin, base=committed_origin.base)
-    if resume:
-        base = committed + 1 - batch
-        return committed + 1, replace(origin, base=base)
-    if not known:
-        # Committed before origins were recorded, or by a writer that is no stream (a
-        # batch job): no identity to compare, the batch id is the version.
-        return batch, replace(origin, base=0)
-    by = committed_origin.query_id if committed_origin is not None else None
-    who = f"streaming query {by}"
-    raise CheckpointResetError(
-        f"micro-batch {batch} of streaming query {origin.query_id} cannot be written to "
-        f"{table}: for app {app_id!r}, the versions up to {committed} were committed by {who}. "
-        "Its batch ids number another checkpoint's batches (a deleted, reset or changed "
-        "checkpoint), so it is not a replay. Nothing was written. Ways out: resume right "
-        "after version "
-        f"{committed} (foreach_batch_writer(..., resume=True), with the new query started "
-        f"from the positions `deltasink offsets {table} --app {app_id}` prints); restore "
-        "the old checkpoint; or give the new query its own app_id.",
-        committed_by=by,
-        query_id=origin.query_id,
-        table=table,
-        app_id=app_id,
-        version=batch,
-    )
+def origin_for(origin: BatchOrigin | None, version: int, *, last: int) -> BatchOrigin | None:
+    """The origin recorded for ``version`` by a commit whose own origin is ``origin`` and
+    whose marker is ``last``: ``origin`` itself for ``last``, else the stream origin in
+    its ``earlier`` that maps to ``version``."""
+    if origin is None:
+        return None
+    if version == last:
+        return replace(origin, earlier=())
+    return next((o for o in origin.earlier if o.version == version), None)
 
 
 def batch_files(origin: BatchOrigin) -> set[str]:
-    """The files a file source read for ``origin``'s batch (every file source)."""
+    """The files a file source read for ``origin``'s own batch (every file source)."""
     return {f for s in origin.sources if isinstance(s, dict) for f in (s.get("files") or ())}
 
 
-def check_resume_start(
-    origin: BatchOrigin, committed_files: set[str], *, committed: int, app_id: str, table: str
-) -> None:
-    """Refuse a resuming batch that re-reads files the target already holds (a new
-    query started from the beginning of its input, not where the target stands).
-
-    Raises:
-        CheckpointResetError: Some of the batch's files were committed already.
-    """
-    again = sorted(batch_files(origin) & committed_files)
-    if again:
-        shown = ", ".join(again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
-        raise CheckpointResetError(
-            f"micro-batch {origin.batch_id} of streaming query {origin.query_id} resumes "
-            f"after version {committed} of app {app_id!r} on {table}, but it reads files "
-            f"the target already holds ({shown}): the new query starts at the beginning "
-            "of its input, not where the target stands. Nothing was written. Move the "
-            f"files `deltasink offsets {table} --app {app_id}` lists out of the input "
-            "path, delete this new checkpoint (its first batch was planned from the old "
-            "input) and start again with resume=True.",
-            query_id=origin.query_id,
-            table=table,
-            app_id=app_id,
-            version=origin.batch_id,
-        )
+def held_files(origins: Iterable[BatchOrigin]) -> set[str]:
+    """The files the versions of ``origins`` (commit origins, ``earlier`` included)
+    delivered, as :func:`normal_path` spells them."""
+    out: set[str] = set()
+    for origin in origins:
+        for o in (origin, *origin.earlier):
+            out.update(normal_path(f) for f in batch_files(o))
+    return out
 
 
-# -- resuming ----------------------------------------------------------------------------------
+def normal_path(path: str) -> str:
+    """One spelling of a file's location for comparisons: Spark writes
+    ``file:///tmp/a b.json`` in a file source's log, ``file:/tmp/a%20b.json`` as
+    ``_metadata.file_path`` and ``file:///tmp/a%20b.json`` from ``input_file_name()``;
+    all three become ``/tmp/a b.json``. Other schemes keep theirs (``s3://b/k``)."""
+    text = unquote(path)
+    if text.startswith("file:"):
+        text = "/" + text[len("file:") :].lstrip("/")
+    return text
 
 
-def _positions(sources: Sequence[Any]) -> list[Any]:
-    """Positions compared on a replay: Spark's offsets (the file lists follow them)."""
-    return [
-        {k: v for k, v in s.items() if k != "files"} if isinstance(s, dict) else s for s in sources
-    ]
+def same_positions(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two batches cover the same source positions: Spark's offsets, and a file
+    source's files (as sets: the log's order is Spark's business)."""
+
+    def key(sources: Sequence[Any]) -> list[Any]:
+        return [
+            {k: sorted(map(normal_path, v)) if k == "files" else v for k, v in s.items()}
+            if isinstance(s, dict)
+            else s
+            for s in sources
+        ]
+
+    return key(a) == key(b)

@@ -30,7 +30,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltasink import CheckpointResetError, DeltaSink, MergeSpec
+from deltasink import CheckpointResetError, DeltaSink, MergeSpec, ReplayMismatchError
 from deltasink.backends import select_engine
 from deltasink.backends.spark.conf import (
     TXN_APP_ID,
@@ -85,9 +85,12 @@ def run_query(
     source_format: str = "json",
     starting_version: str | None = None,
     resume: bool = False,
+    max_files: int = 1,
+    recover: bool = True,
 ) -> int:
     """One run of the query on ``spark``: 0 when it reached the end of its input, 3 when
-    the sink refused a micro-batch (:class:`~deltasink.errors.CheckpointResetError`).
+    the sink refused a micro-batch (:class:`~deltasink.errors.CheckpointResetError` or
+    :class:`~deltasink.errors.ReplayMismatchError`).
     ``main`` runs it in this process's own session; ``tests/test_stream_reset_jvm.py``
     runs it on the delta-spark suite's session (the same query, no JVM of its own)."""
     sink = DeltaSink(target, app_id, MergeSpec(mode="append"), engine=engine, spark=spark)  # type: ignore[arg-type]
@@ -99,8 +102,9 @@ def run_query(
         session=type(spark).__module__,
         conf=conf_checks(spark),
     )
-    recovered = sink.recover()
-    say("recovered", versions=recovered.committed_versions)
+    if recover:
+        recovered = sink.recover()
+        say("recovered", versions=recovered.committed_versions)
 
     refused: list[str] = []
 
@@ -112,18 +116,22 @@ def run_query(
             refused.append(str(exc))
             say("refused", batch=batch_id, committed_by=exc.committed_by, query=exc.query_id)
             raise
+        except ReplayMismatchError as exc:
+            refused.append(str(exc))
+            say("refused", batch=batch_id, mismatch=True)
+            raise
         say("committed", batch=batch_id, version=report.committed_version)
         time.sleep(delay)
 
     if source_format == "delta":
-        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", 1)
+        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", max_files)
         if starting_version:
             reader = reader.option("startingVersion", starting_version)
         stream = reader.load(source)
     else:
         stream = (
             spark.readStream.schema("id long, value string")
-            .option("maxFilesPerTrigger", 1)
+            .option("maxFilesPerTrigger", max_files)
             .json(source)
         )
     query = (

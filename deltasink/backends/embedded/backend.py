@@ -24,7 +24,7 @@ from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError
-from deltasink.ops.origin import ORIGIN_KEY
+from deltasink.ops.origin import ORIGIN_KEY, combine
 from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
@@ -243,10 +243,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         otherwise, e.g. in ``recover()``)."""
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
         if origin is None and staged:
-            if version in self._origins:  # staged here: what its stage commit recorded
-                origin = self._origins[version]
-            else:  # staged by an earlier process (recover): its stage commit's metadata
-                origin = self.log.origin_of(version)
+            origin = self.staged_origin(version)
         if origin is not None:
             metadata[ORIGIN_KEY] = origin
         return metadata
@@ -317,7 +314,11 @@ class EmbeddedBackend(SchemaFit, Claims):
             app_id=self.app_id,
             version=staged[-1].version,
             versions=[s.version for s in staged],
-            metadata=self._metadata(staged[-1].version, sum(s.rows for s in staged), staged=True),
+            metadata=self._metadata(
+                staged[-1].version,
+                sum(s.rows for s in staged),
+                origin=combine([self.staged_origin(s.version) for s in staged]),
+            ),
             before_attempt=self._fence,
         )
         self._staged.drop(s.version for s in staged)
@@ -340,6 +341,11 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def target_exists(self) -> bool:
         return self.target.exists()
+
+    def staged_origin(self, version: int) -> str | None:
+        if version in self._origins:  # staged here: what its stage commit recorded
+            return self._origins[version]
+        return self.log.origin_of(version)  # staged by an earlier process (recover)
 
     # -- SupportsQuarantine (write-audit-publish) ----------------------------------------
 

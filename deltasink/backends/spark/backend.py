@@ -20,6 +20,7 @@ from deltasink.errors import CommitError
 from deltasink.input.arrow import spark_arrow
 from deltasink.ops.history import history_from_commits, previous_rows, user_metadata
 from deltasink.ops.layout import PROP_SPEC
+from deltasink.ops.origin import combine
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
 
@@ -277,14 +278,14 @@ class SparkBackend(SchemaFit):
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
         self._check_fits([staged.version])
-        origin = self._staged_origin(staged.version)
+        origin = self.staged_origin(staged.version)
         result = self._target_writer.apply(
             [staged.version], columns, spec, staged.rows, origin=origin
         )
         self._origins.pop(staged.version, None)
         return result
 
-    def _staged_origin(self, version: int) -> str | None:
+    def staged_origin(self, version: int) -> str | None:
         """The origin the stage commit of ``version`` recorded: kept when ``write()``
         staged it here, read from the staging log otherwise (e.g. in ``recover()``)."""
         kept = self._origins.get(version)
@@ -314,7 +315,7 @@ class SparkBackend(SchemaFit):
             )
         self._check_fits(versions)
         rows = sum(s.rows for s in staged)
-        origin = self._staged_origin(versions[-1])
+        origin = combine([self.staged_origin(v) for v in versions])
         result = self._target_writer.apply(versions, columns.pop(), spec, rows, origin=origin)
         for version in versions:
             self._origins.pop(version, None)
