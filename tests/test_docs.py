@@ -87,7 +87,10 @@ KINDS = {
     "text",
 }
 #: The shell blocks, by situation: the test that runs them.
-SHELL = {"retire": "tests/test_runbook.py::test_retiring_an_app_id"}
+SHELL = {
+    "retire": "tests/test_runbook.py::test_retiring_an_app_id",
+    "resume": "tests/test_jobs.py::test_databricks_streaming_template_on_classic_pyspark",
+}
 #: The locations the docs use, and where the tests put them.
 DOC_PATHS = ("/tmp/deltasink-readme", "/tmp/deltasink-stream", "/lake")
 #: The Delta release the spark engine is tested with (../shared/delta-spark).
