@@ -8,7 +8,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    PostCommitHookProperties,
+    Transaction,
+    write_deltalake,
+)
 from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -16,9 +22,9 @@ from deltasink._version import __version__
 from deltasink.ops.history import user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 
-from .tables import arrow_schema
+from .tables import arrow_schema, note_commit
 
-__all__ = ["commit_properties", "log_commit", "now_ms", "post_commit_hooks"]
+__all__ = ["commit_properties", "log_commit", "marker_commit", "now_ms", "post_commit_hooks"]
 
 
 def now_ms() -> int:
@@ -105,3 +111,25 @@ def log_commit(
         post_commithook_properties=post_commit_hooks(table, ahead=ahead),
         commit_properties=props,
     )
+
+
+def marker_commit(table: DeltaTable, props: CommitProperties, *, ahead: int = 0) -> None:
+    """Commit ``txn`` markers and commit metadata without data (no file, no metadata
+    change) to the staging log, and move ``table`` to that commit.
+
+    An append of zero rows: delta-rs then commits the markers alone, as
+    :func:`log_commit` with no actions does, and (unlike ``create_write_transaction``)
+    leaves ``table`` at the version it committed, so the next commit or state read
+    needs no listing of the log to see it, and the markers it wrote are known
+    (:func:`~.tables.note_commit`) without reading it back. ``ahead``: as for
+    :func:`log_commit`."""
+    base = table.version()
+    write_deltalake(
+        table,
+        arrow_schema(table).empty_table(),
+        mode="append",
+        commit_properties=props,
+        post_commithook_properties=post_commit_hooks(table, ahead=ahead),
+    )
+    markers: dict[str, int | None] = {t.app_id: t.version for t in props.app_transactions or ()}
+    note_commit(table, base, markers)

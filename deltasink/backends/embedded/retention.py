@@ -107,19 +107,23 @@ def log_commit(
     freshly, as after any conflict (a newer writer's claim is the usual cause)."""
     due = post_commit_hooks(table, ahead=ahead).cleanup_expired_logs
     settled = bool(due) and trimmable(table, after=(actions, props))
+    base = table.version()
     try:
-        commits.log_commit(table, actions, props, ahead=ahead)
+        if actions:
+            commits.log_commit(table, actions, props, ahead=ahead)
+        else:  # markers only: the table object moves to the commit (no listing after it)
+            commits.marker_commit(table, props, ahead=ahead)
     except CommitFailedError:
         raise
     except DeltaError as exc:
         if base_gone(table):
             raise CommitFailedError(
-                f"the staging log moved on past the snapshot at version {table.version()} "
+                f"the staging log moved on past the snapshot at version {base} "
                 f"this commit was made on ({exc})"
             ) from exc
         raise
     if settled:
-        delete_old_log(table)
+        delete_old_log(table, base=base)
 
 
 def expire_log(table: DeltaTable) -> None:
@@ -178,12 +182,13 @@ def trimmable(
         return False
 
 
-def delete_old_log(table: DeltaTable) -> list[str]:
+def delete_old_log(table: DeltaTable, *, base: int | None = None) -> list[str]:
     """The deleting half of :func:`trim_log`, for a caller that found the table
     :func:`trimmable` before its commit (whose clean-up by age may remove files the
-    state it judged was read from); never raises."""
+    state it judged was read from; ``base``: the version of that state, when the
+    commit moved ``table`` past it); never raises."""
     config = table.metadata().configuration
-    horizon = table.version() + 1 - KEEP_COMMITS
+    horizon = (table.version() if base is None else base) + 1 - KEEP_COMMITS
     deleted: list[str] = []
     try:
         fs = _log_filesystem(table)

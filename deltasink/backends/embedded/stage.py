@@ -140,17 +140,16 @@ class StagingWriter:
         relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.parquet"
         fs = log.filesystem()
         fs.create_dir(relative.rsplit("/", 1)[0], recursive=True)
-        with (
-            fs.open_output_stream(relative) as out,
-            pq.ParquetWriter(out, data.schema, **STAGING_PARQUET) as writer,
-        ):
-            writer.write_table(data)
+        with fs.open_output_stream(relative) as out:
+            with pq.ParquetWriter(out, data.schema, **STAGING_PARQUET) as writer:
+                writer.write_table(data)
+            size = out.tell()  # what was written: no request to the store for it
         stamp = now_ms()
         try:
             _faults.point("stage.after_files")
             add = AddAction(
                 path=relative,
-                size=fs.get_file_info(relative).size,
+                size=size,
                 partition_values={VERSION_COLUMN: str(version)},
                 modification_time=stamp,
                 data_change=True,
@@ -171,7 +170,6 @@ class StagingWriter:
                         **({ORIGIN_KEY: origin} if origin is not None else {}),
                     },
                 ),
-                ahead=log.own_commits_ahead(),
             )
         except CommitFailedError:
             _remove_orphan(fs, relative)
@@ -222,12 +220,6 @@ class StagingWriter:
             extra={"deltasink.versions": sorted(versions)},
         )
         if reason == "committed":
-            if log.own_commit_ahead(log.app_id + COMMITTED_SUFFIX):
-                # This sink's publish intent recorded a mark the state held lacks: a
-                # commit on that state would conflict with it (the same txn app id).
-                table.update_incremental()
-                if epoch is not None and self.epochs.check(epoch, fresh=False) is None:
-                    return
             properties.app_transactions = [
                 Transaction(
                     app_id=log.app_id + COMMITTED_SUFFIX,
@@ -239,7 +231,7 @@ class StagingWriter:
         # DELETE by partition predicate does the same, after planning a scan. The
         # table object then reads that commit, as a DELETE would have updated it: a
         # later commit made on this state must not see its own removes as a conflict.
-        log_commit(table, _removes(table, versions), properties, ahead=log.own_commits_ahead())
+        log_commit(table, _removes(table, versions), properties)
         table.update_incremental()
 
     # -- records ---------------------------------------------------------------------
@@ -275,30 +267,21 @@ class StagingWriter:
         table = self.epochs.check(epoch, fresh=not verified)
         if table is None:
             return
-        if any(self.log.own_commit_ahead(marker) for marker in markers):
-            # This sink's earlier commit of the same marker is not in the state held: a
-            # commit on it would conflict with that one (the same txn app id). Read it
-            # (and whatever else came since), then check the epoch in what was read.
-            table.update_incremental()
-            table = self.epochs.check(epoch, fresh=False)
-            if table is None:
-                return
-        commit_id = uuid.uuid4().hex
         properties = commit_properties(
             app_id=self.log.app_id,
             version=None,
             operation=operation,
             markers=markers,
-            extra={"deltasink.epoch": epoch, "deltasink.commitId": commit_id},
+            extra={"deltasink.epoch": epoch, "deltasink.commitId": uuid.uuid4().hex},
         )
         try:
-            log_commit(table, [], properties, ahead=self.log.own_commits_ahead())
+            # The table object moves to this commit (its markers known, no listing).
+            log_commit(table, [], properties)
         except CommitFailedError:
             # Only a metadata (or protocol) change since the state read fails a
             # commit without data: the usual one is a newer writer's claim.
             self.epochs.check(epoch)
             raise
-        self.log.note_own_commit(table.version(), commit_id, *markers)
 
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
