@@ -520,3 +520,103 @@ def test_recover_reads_the_staging_state_its_claim_committed(s3: S3Server, uri: 
     assert len([r for r in reads if r.split("?")[0].endswith("/_last_checkpoint")]) == 1
     epoch = DeltaTable(sink.staging, storage_options=options).metadata().configuration
     assert epoch["deltasink.epoch"] == "2"
+
+
+# -- a running writer's requests, and the caches behind them (issue 39) ------------------
+
+
+def _by_verb(s3: S3Server) -> dict[str, int]:
+    """The requests since the last reset, by verb (a listing counts as LIST)."""
+    return {k: v for k, v in s3.counts(reset=True).items() if v}
+
+
+def _upsert(ids: list[int], tag: str) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [tag] * len(ids)})
+
+
+def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
+    s3: S3Server, uri: str
+) -> None:
+    """Exact requests of a running sink's 10-row upsert, by verb: the MERGE's (its data
+    file and commit), the publish intent (one staging commit), and three HEADs of a
+    next commit file (the state read, the fencing check, the target before the MERGE);
+    no listing beyond the two each delta-rs commit makes, nothing read back."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(100)), "seed"), 0)
+    sink.write(_upsert(list(range(10)), "warm"), 1)
+    for version in (2, 3, 4):
+        s3.counts(reset=True)
+        sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
+        assert _by_verb(s3) == {"HEAD": 3, "LIST": 4, "PUT": 3, "GET": 7}, version
+    assert [r["v"] for r in rows(uri, options)][4:14] == ["v4"] * 10
+    assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(5)}
+
+
+def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
+    s3: S3Server, uri: str
+) -> None:
+    """The HEAD that stands in for a listing finds another writer's commit: the MERGE
+    runs on the snapshot that holds it (its row is updated, not duplicated) and the
+    marker read from the sink's own commit still answers for the app."""
+    from deltalake import write_deltalake
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert([1], "a"), 0)
+    write_deltalake(uri, _upsert([2], "other"), mode="append", storage_options=options)
+    s3.counts(reset=True)
+    sink.write(_upsert([2, 3], "b"), 1)
+    assert _by_verb(s3)["LIST"] == 5  # the one listing: the target, before the MERGE
+    assert rows(uri, options) == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "b"},
+        {"id": 3, "v": "b"},
+    ]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [2]}
+    assert sink.write(_upsert([9], "replay"), 1).results == ()  # a replay: no-op
+
+
+def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s3(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fencing check right before the target commit is one HEAD on S3: it must still
+    see a newer writer's claim made after the intent."""
+    from deltasink.backends.embedded.stage import StagingWriter
+
+    options = s3.storage_options()
+    old = _sink(uri, options)
+    old.write(_upsert([1], "a"), 0)
+    record_intent = StagingWriter.record_intent
+
+    def intent_then_claim(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        _sink(uri, options).recover()  # a newer writer claims the role
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_claim)
+    with pytest.raises(FencedError, match="took over the staging table"):
+        old.write(_upsert([2], "zombie"), 1)
+    monkeypatch.undo()
+    assert rows(uri, options) == [{"id": 1, "v": "a"}]
+    assert txn_commits(s3, uri, "orders") == {0: [0]}
+
+
+def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A HEAD of the next commit file stands in for a listing only for a snapshot known
+    to be the latest less than ``FRESH_S`` ago (so no log clean-up can have removed
+    that file since); past it, the log is listed."""
+    from deltasink.backends.deltalog import tables
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(10)), "seed"), 0)
+    sink.write(_upsert([1], "warm"), 1)
+    monkeypatch.setattr(tables, "FRESH_S", 0.0)
+    s3.counts(reset=True)
+    sink.write(_upsert([2], "late"), 2)
+    counts = _by_verb(s3)
+    assert counts.get("HEAD", 0) == 0
+    assert counts["LIST"] == 4 + 4  # each log at each of its two reads
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}

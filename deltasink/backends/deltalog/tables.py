@@ -24,6 +24,7 @@ __all__ = [
     "commit_file",
     "mark_latest",
     "note_commit",
+    "recently_latest",
     "open_table",
     "plain",
     "refresh",
@@ -229,7 +230,7 @@ def refresh(
             # Commits are numbered without gaps: no commit after ``version`` exists, so
             # ``table`` is up to date (delta-rs would list the whole log to find that).
             return table
-    elif _recently_latest(table) and not _exists(table, f"_delta_log/{version + 1:020d}.json"):
+    elif recently_latest(table) and not _exists(table, f"_delta_log/{version + 1:020d}.json"):
         mark_latest(table)
         return table
     try:
@@ -251,7 +252,9 @@ def mark_latest(table: DeltaTable) -> None:
     setattr(table, "_deltasink_latest_at", time.monotonic())  # noqa: B010
 
 
-def _recently_latest(table: DeltaTable) -> bool:
+def recently_latest(table: DeltaTable) -> bool:
+    """Whether ``table``'s snapshot was the latest version less than :data:`FRESH_S`
+    seconds ago (:func:`mark_latest`)."""
     seen: float | None = getattr(table, "_deltasink_latest_at", None)
     return seen is not None and time.monotonic() - seen < FRESH_S
 
@@ -355,13 +358,19 @@ def _txn_since(
     local = is_local(uri)
     try:
         store = None if local else _store(table)
+        texts: dict[int, str] = getattr(table, "_deltasink_commits", {})
         for n in range(base + 1, version + 1):
-            if store is None:
+            if n in texts:  # read for another app's marker at this version
+                text = texts[n]
+            elif store is None:
                 with open(commit_file(normalize_uri(uri), n), encoding="utf-8") as f:
                     text = f.read()
             else:
                 stream = store.open_input_file(f"_delta_log/{n:020d}.json")
                 text = stream.read(stream.size()).decode("utf-8")
+                texts = {k: t for k, t in texts.items() if k > version - _INCREMENTAL_MAX}
+                texts[n] = text
+                setattr(table, "_deltasink_commits", texts)  # noqa: B010
             if not text.strip():
                 return _UNKNOWN  # a torn commit: let delta-rs judge it
             for line in text.splitlines():

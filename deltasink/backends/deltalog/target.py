@@ -12,7 +12,7 @@ from deltasink.locations import is_local
 from deltasink.ops.history import history_from_commits
 
 from .marker import read_marker
-from .tables import arrow_schema, refresh, txn_version
+from .tables import arrow_schema, recently_latest, refresh, txn_version
 
 __all__ = ["TargetLog"]
 
@@ -36,6 +36,7 @@ class TargetLog:
         self._table: DeltaTable | None = None
         self._behind = False  # a marker read saw a newer version than self._table
         self._exists: bool | None = None  # as read last (None: not read yet)
+        self._own: int | None = None  # the table version of this process's last commit
 
     def open(self, *, fresh: bool = True) -> DeltaTable | None:
         """The target at its latest version (``fresh=False``: as read last, for a
@@ -59,7 +60,9 @@ class TargetLog:
         A local target's marker is read from its last checkpoint and the commits after
         it (:func:`~.marker.read_marker`), so the cost does not grow with history; the
         next ``open(fresh=False)`` then refreshes the table if it moved. Elsewhere, or
-        where that read cannot tell, through delta-rs."""
+        where that read cannot tell, through delta-rs: from the table held when it is
+        at this process's own last commit (:meth:`note_own_commit`) and was the latest
+        less than a minute ago, else after a refresh."""
         if is_local(self.uri):
             read = read_marker(self.uri, app_id)
             if read is not None:
@@ -67,10 +70,20 @@ class TargetLog:
                 self._behind = table is None or table.version() != read.table_version
                 self._exists = True
                 return read.marker
-        table = self.open()
+        table = self._table
+        if not (table is not None and table.version() == self._own and recently_latest(table)):
+            table = self.open()
         if table is None:
             return None
         return txn_version(table, app_id)
+
+    def note_own_commit(self, table: DeltaTable) -> None:
+        """Record that ``table`` is at this process's own commit, the latest version:
+        until another commit is seen, a marker read on an object store answers from
+        it, without a request (only this writer moves its app's marker; a newer writer
+        of the app claims the staging table first, which the next staging read or
+        commit sees; the refresh before the next target commit sees any other)."""
+        self._table, self._own = table, table.version()
 
     def last_commit_of(self, app_id: str) -> int | None:
         """The (highest) version of ``app_id``'s newest commit in the target's retained

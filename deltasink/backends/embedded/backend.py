@@ -116,9 +116,10 @@ class EmbeddedBackend(SchemaFit, Claims):
         # A foreign intent settled from the target's history, and this app's newest
         # commit found there (read once per intent: it only changes by this writer).
         self._settled: tuple[int, int | None] | None = None
-        # The origins of the batches write() staged here, until they are published: the
-        # ones their stage commits recorded, kept so that publishing does not read them.
-        self._origins: dict[int, str] = {}
+        # The origins of the batches staged here (None: none recorded), until they are
+        # published: what their stage commits recorded, kept so that publishing does not
+        # read the staging history for them.
+        self._origins: dict[int, str | None] = {}
         # Schemas of staged versions read from their files' footers (not in _staged).
         self._schemas: dict[int, pa.Schema] = {}
 
@@ -207,8 +208,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         )
         if intent:
             self._intent = version
-        if origin is not None:
-            self._origins[version] = origin
+        self._origins[version] = origin
         self._staged.put(version, data)
         return staged
 
@@ -254,9 +254,11 @@ class EmbeddedBackend(SchemaFit, Claims):
         otherwise, e.g. in ``recover()``)."""
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
         if origin is None and staged:
-            origin = self._origins.get(version)
-            if origin is None:
-                origin = self.log.origin_of(version)
+            origin = (
+                self._origins[version]
+                if version in self._origins
+                else self.log.origin_of(version)
+            )
         if origin is not None:
             metadata[ORIGIN_KEY] = origin
         return metadata
@@ -370,5 +372,6 @@ class EmbeddedBackend(SchemaFit, Claims):
         self._origins.pop(version, None)
         self._schemas.pop(version, None)
         staged = self.writer.replace(version, data, epoch=epoch)
+        self._origins[version] = None  # a restage commit records no origin
         self._staged.put(version, data)
         return staged

@@ -248,6 +248,8 @@ class TargetWriter(TargetLog):
         # This commit's marker, known without reading the commit back (the state read of
         # the next write, and a replay, answer from it).
         note_commit(table, before, {app_id: version})
+        if table.version() == before + 1:
+            self.note_own_commit(table)
         _faults.point("publish.after_target_commit")
         return CommitResult(
             version,
