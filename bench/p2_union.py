@@ -121,6 +121,5 @@ def main() -> None:
     )
 
 
-
 if __name__ == "__main__":
     main()

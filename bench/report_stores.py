@@ -76,7 +76,7 @@ def goal_rows(out: dict[str, Any]) -> list[list[str]]:
                         _mark(ok),
                     ]
                 )
-        for layout, case in store["coalesced"].items():
+        for case in store["coalesced"].values():
             ratio = case["sink"]["total"]["total"] / case["hand"]["total"]["total"]
             rows.append(
                 [

@@ -39,6 +39,7 @@ most 1.2x the hand-written one; the delayed write at most 1.2x. Writes
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -89,7 +90,9 @@ def _seed(store: Store, uri: str, rows: int) -> None:
 def _merge(table: DeltaTable, batch: pa.Table, version: int) -> None:
     props = CommitProperties(app_transactions=[Transaction(app_id=APP, version=version)])
     (
-        table.merge(batch, "t.id = s.id", source_alias="s", target_alias="t", commit_properties=props)
+        table.merge(
+            batch, "t.id = s.id", source_alias="s", target_alias="t", commit_properties=props
+        )
         .when_matched_update_all()
         .when_not_matched_insert_all()
         .execute()
@@ -122,7 +125,9 @@ def _per_op(counts: dict[str, int], ops: int) -> dict[str, float]:
 
 
 def _rows(store: Store, uri: str) -> list[dict[str, Any]]:
-    return DeltaTable(uri, storage_options=store.options).to_pyarrow_table().sort_by("id").to_pylist()
+    return (
+        DeltaTable(uri, storage_options=store.options).to_pyarrow_table().sort_by("id").to_pylist()
+    )
 
 
 def write_requests(store: Store, layout: str, runs: int) -> dict[str, Any]:
@@ -279,25 +284,26 @@ def _coalesced_latency(store: Store, delay_ms: float, rounds: int) -> dict[str, 
     hand = _Hand(store, other)
     hand.stage(0, [batch(0, rows)])
     hand.merge(0, [batch(0, rows)])
-    samples: dict[str, list[float]] = {k: [] for k in ("sink_stage", "sink_commit", "stage", "merge")}
-
-    def timed(name: str, action: Callable[[], object]) -> None:
-        start = time.perf_counter()
-        action()
-        samples[name].append((time.perf_counter() - start) * 1000)
-
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("sink_stage", "sink_commit", "stage", "merge")
+    }
     store.proxy.set_delay(delay_ms)
     try:
         for r in range(rounds):
             first = 1 + r * PENDING
             batches = [batch(first + i, rows) for i in range(PENDING)]
-            timed(
-                "sink_stage",
-                lambda: [sink.pre_commit(b, first + i) for i, b in enumerate(batches)],
-            )
-            timed("sink_commit", lambda: sink.commit(first + PENDING - 1))
-            timed("stage", lambda: hand.stage(first, batches))
-            timed("merge", lambda: hand.merge(first, batches))
+            clock = [time.perf_counter()]
+            for i, b in enumerate(batches):
+                sink.pre_commit(b, first + i)
+            clock.append(time.perf_counter())
+            sink.commit(first + PENDING - 1)
+            clock.append(time.perf_counter())
+            hand.stage(first, batches)
+            clock.append(time.perf_counter())
+            hand.merge(first, batches)
+            clock.append(time.perf_counter())
+            for name, (a, b) in zip(samples, itertools.pairwise(clock), strict=True):
+                samples[name].append((b - a) * 1000)
     finally:
         store.proxy.set_delay(0)
     sink_total = [a + b for a, b in zip(samples["sink_stage"], samples["sink_commit"], strict=True)]
@@ -395,7 +401,9 @@ def run(
             result["coalesced"]["spread"] = coalesced_requests(store, "spread", rounds)
             for delay in delays:
                 result["latency"][str(int(delay))] = latency(store, delay, latency_runs)
-                log(f"{name} latency {delay} ms: {result['latency'][str(int(delay))]['ratio']:.2f}x")
+                log(
+                    f"{name} latency {delay} ms: {result['latency'][str(int(delay))]['ratio']:.2f}x"
+                )
             result["trace"] = trace(store)
             out["stores"][name] = result
     out["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -24,9 +24,9 @@ __all__ = [
     "commit_file",
     "mark_latest",
     "note_commit",
-    "recently_latest",
     "open_table",
     "plain",
+    "recently_latest",
     "refresh",
 ]
 

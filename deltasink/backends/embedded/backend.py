@@ -255,9 +255,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
         if origin is None and staged:
             origin = (
-                self._origins[version]
-                if version in self._origins
-                else self.log.origin_of(version)
+                self._origins[version] if version in self._origins else self.log.origin_of(version)
             )
         if origin is not None:
             metadata[ORIGIN_KEY] = origin
