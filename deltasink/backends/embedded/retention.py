@@ -93,9 +93,13 @@ def log_commit(
     props: CommitProperties,
     *,
     ahead: int = 0,
+    data: pa.Table | None = None,
 ) -> None:
     """:func:`deltasink.backends.deltalog.commits.log_commit` for this engine's staging
-    table: if that commit is the one to write a checkpoint, then the log is trimmed
+    table (with ``data``: those rows appended by delta-rs, one staged version,
+    :func:`~deltasink.backends.deltalog.commits.data_commit`; with neither actions nor
+    data: :func:`~deltasink.backends.deltalog.commits.marker_commit`). If that commit
+    is the one to write a checkpoint, then the log is trimmed
     (:func:`trim_log`) as the state it was made on allows (``table``'s, with this
     commit's actions and markers), judged before the commit (whose clean-up by age
     may remove files that state was read from).
@@ -106,10 +110,13 @@ def log_commit(
     the conflict it is (``CommitFailedError``): the caller then checks the epoch
     freshly, as after any conflict (a newer writer's claim is the usual cause)."""
     due = post_commit_hooks(table, ahead=ahead).cleanup_expired_logs
-    settled = bool(due) and trimmable(table, after=(actions, props))
+    # a staged version's rows leave it pending: nothing to trim
+    settled = bool(due) and data is None and trimmable(table, after=(actions, props))
     base = table.version()
     try:
-        if actions:
+        if data is not None:
+            commits.data_commit(table, data, props, ahead=ahead)
+        elif actions:
             commits.log_commit(table, actions, props, ahead=ahead)
         else:  # markers only: the table object moves to the commit (no listing after it)
             commits.marker_commit(table, props, ahead=ahead)
