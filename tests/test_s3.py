@@ -620,3 +620,45 @@ def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
     assert counts.get("HEAD", 0) == 0
     assert counts["LIST"] == 4 + 4  # each log at each of its two reads
     assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}
+
+
+def test_a_pre_commit_puts_its_file_once_and_reads_nothing_back(s3: S3Server, uri: str) -> None:
+    """On S3 delta-rs writes a staged version's file in its commit's call: one PUT (not a
+    multipart upload), the commit, and one HEAD for the state read; the commit after
+    pre-committed versions reads none of them back (nor the staging history)."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(10)), "seed"), 0)
+    sink.write(_upsert([1], "warm"), 1)  # a MERGE: the target held at the sink's commit
+    for version in (2, 3):
+        s3.counts(reset=True)
+        assert sink.pre_commit(_upsert([version, 20 + version], f"v{version}"), version).state == (
+            "staged"
+        )
+        assert _by_verb(s3) == {"HEAD": 1, "PUT": 2, "LIST": 2, "GET": 2}, version
+    staged = [k for k in keys_under(s3, sink.staging) if "/_deltasink_version=" in k]
+    assert len(staged) == 2  # one file per version, in its partition
+    assert sink.commit(3).committed_versions == [2, 3]
+    assert [r["v"] for r in rows(uri, options) if r["id"] in (1, 2, 3, 22, 23)] == [
+        "warm",
+        "v2",
+        "v3",
+        "v2",
+        "v3",
+    ]
+    recovered = _sink(uri, options).recover()  # a new process: nothing left pending
+    assert (recovered.committed_version, recovered.results) == (3, ())
+
+
+def test_a_version_staged_with_other_columns_is_written_as_before(s3: S3Server, uri: str) -> None:
+    """A version whose columns are not the staging table's is not written by delta-rs
+    (its file must read back with the columns it was staged with): deltasink writes it
+    and commits it as written, as on local disk."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(pa.table({"id": [1, 2], "v": ["a", "b"], "n": [1, 2]}), 0)
+    sink.pre_commit(pa.table({"id": [1], "v": ["c"], "n": [3]}), 1)  # the table's columns
+    sink.pre_commit(pa.table({"id": [2], "v": ["d"]}), 2)  # without n: left alone
+    assert sink.commit(2).committed_versions == [1, 2]
+    assert rows(uri, options) == [{"id": 1, "v": "c", "n": 3}, {"id": 2, "v": "d", "n": 2}]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}  # one by one
