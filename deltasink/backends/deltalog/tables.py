@@ -287,11 +287,15 @@ def note_commit(table: DeltaTable, base: int, markers: Mapping[str, int | None])
     is the app's marker now (``None``: unchanged by the commit). Only a commit that
     landed right after ``base`` (no other commit in between) carries the other apps'
     markers over as they were; so :func:`txn_version` answers for this version without
-    reading the commit file back. The snapshot is the latest (:func:`mark_latest`)."""
+    reading the commit file back. The snapshot is the latest (:func:`mark_latest`).
+    Nothing is recorded for a table whose markers expire
+    (``delta.setTransactionRetentionDuration``: delta-rs judges them)."""
     mark_latest(table)
     seen = _txn_cache(table)
     version = table.version()
     if version != base + 1:
+        return
+    if "delta.setTransactionRetentionDuration" in table.metadata().configuration:
         return
     for (at, app), marker in list(seen.items()):
         if at == base and app not in markers:
