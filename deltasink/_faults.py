@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["EXIT_CODE", "POINTS", "FaultInjected", "armed", "point"]
+__all__ = ["EXIT_CODE", "MAINTENANCE_POINTS", "POINTS", "FaultInjected", "armed", "point"]
 
 #: Every fault point, in the order a write passes them.
 POINTS = (
@@ -31,6 +31,11 @@ POINTS = (
     "publish.after_target_commit",  # target MERGE + marker committed, not yet reported
     "commit.after_publish",  # version published, staging clean-up not yet done
     "discard.before_log_commit",  # about to remove staged versions from staging
+)
+
+#: Fault points of maintenance beside the writer (not on a write's path).
+MAINTENANCE_POINTS = (
+    "rewrite.before_commit",  # a compaction's new files are in place, not yet committed
 )
 
 EXIT_CODE = 77
@@ -57,8 +62,9 @@ def _action(name: str, how: str) -> Action:
 
 
 def _check(name: str) -> None:
-    if name not in POINTS:
-        raise ValueError(f"unknown fault point {name!r}; known: {', '.join(POINTS)}")
+    if name not in POINTS + MAINTENANCE_POINTS:
+        known = ", ".join(POINTS + MAINTENANCE_POINTS)
+        raise ValueError(f"unknown fault point {name!r}; known: {known}")
 
 
 def _on_pass(n: int, action: Action) -> Action:
@@ -98,7 +104,7 @@ def armed(name: str, how: str | Action = "raise", *, after: int = 0) -> Iterator
     """Arm ``name`` for the duration of the ``with`` block.
 
     Args:
-        name: One of :data:`POINTS`.
+        name: One of :data:`POINTS` or :data:`MAINTENANCE_POINTS`.
         how: ``"raise"``, ``"exit"`` or a callable to run.
         after: Let the point pass this many times before the action fires.
     """

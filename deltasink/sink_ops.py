@@ -114,7 +114,23 @@ class SinkOperations:
 
     @named_storage_errors
     def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
-        """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``)."""
+        """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``).
+
+        Never changes a row, beside live writers and other compactions: the compaction
+        commits only if every file it rewrites is still in the target (the spark engine:
+        Delta's OPTIMIZE, which refuses the same way). A round that loses to a
+        concurrent commit commits nothing and is tried again on the new table state,
+        a bounded number of times. Safe to run while the job runs; a writer whose
+        commit conflicts with it redoes its commit.
+
+        Raises:
+            CommitError: Concurrent commits won every round; nothing was committed.
+            UnsupportedTableFeatureError: On the embedded engine, the target uses column
+                mapping or deletion vectors (compact it with Delta on Spark).
+            ConfigurationError: A ``z_order_by`` column is not a non-partition column of
+                the target (embedded engine).
+            StorageError: The storage refused a read or a write.
+        """
         self._maintenance.optimize(z_order_by)
 
     @named_storage_errors

@@ -5,6 +5,7 @@ leaves the rows a sink without it leaves."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -28,6 +29,8 @@ from deltasink.backends.embedded.compaction import (
     auto_compact,
     plan,
 )
+from deltasink.backends.embedded.rewrite import files_of, rewrite
+from deltasink.ops.history import is_compaction
 from tests import support
 
 APP = "orders-ingest"
@@ -61,10 +64,11 @@ def files(uri: str) -> int:
 
 
 def optimize_commits(uri: str) -> dict[int, list[dict[str, Any]]]:
+    """The compaction commits: Delta's OPTIMIZE, or the embedded engine's own."""
     return {
         v: actions
         for v, actions in support.log_commits(uri).items()
-        if support.commit_info(uri, v).get("operation") == "OPTIMIZE"
+        if is_compaction(support.commit_info(uri, v))
     }
 
 
@@ -163,38 +167,52 @@ def test_a_commit_that_writes_no_file_compacts_nothing(target: str) -> None:
     assert support.marker(target, APP) == 1
 
 
-def test_a_failed_compaction_is_a_warning_and_the_next_commit_compacts(
+def test_a_failed_compaction_is_a_warning_and_a_lost_one_plans_again(
     target: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = DeltaSink(target, APP, SPEC, table=TableSpec(properties={AUTO_COMPACT: "true"}))
-
-    def concurrent_delete() -> None:
-        # right after the data commit of batch 49: another writer deletes a row from a
-        # file the compaction is about to rewrite, so the compaction's commit conflicts
-        DeltaTable(target).delete("id = 0")
-
-    point = "publish.after_target_commit"
     with (
         caplog.at_level(logging.WARNING, "deltasink"),
-        armed(point, concurrent_delete, after=MIN_NUM_FILES - 1),
+        armed("rewrite.before_commit", "raise"),  # the compaction's files are in place
     ):
         for version in range(MIN_NUM_FILES):
             assert sink.write(history(version), version).committed_versions == [version]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "auto compaction of" in warnings[0]
-    assert "CommitFailedError" in warnings[0]
+    assert "FaultInjected" in warnings[0]
     assert "the commit of version 49 is durable" in warnings[0]
     assert (optimize_commits(target), files(target)) == ({}, MIN_NUM_FILES)
     assert support.marker(target, APP) == 49
+    # the compacted file it had put in place is gone again: only the table's own files
+    assert len(list(Path(target).rglob("*.parquet"))) == MIN_NUM_FILES
 
-    sink.write(batch([7], "again"), 50)
-    assert list(optimize_commits(target)) == [52]
+    # the next commit compacts; its compaction loses once to a writer that deletes a
+    # row from a file it rewrites (so it must not commit on its snapshot), plans again
+    lost: list[int] = []
+
+    def concurrent_delete() -> None:
+        if not lost:
+            lost.append(support.table_version(target) or 0)
+            DeltaTable(target).delete("id = 0")
+
+    caplog.clear()
+    with (
+        caplog.at_level(logging.INFO, "deltasink"),
+        armed("rewrite.before_commit", concurrent_delete),
+    ):
+        sink.write(batch([7], "again"), 50)
+    assert lost == [50]
+    assert [r for r in caplog.records if "lost to a concurrent commit" in r.getMessage()]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert list(optimize_commits(target)) == [52]  # after the delete (51)
     assert files(target) == 1
     assert support.marker(target, APP) == 50
-    assert support.ids(target) == sorted(
+    assert support.ids(target) == sorted(  # key 7 upserted, key 0 deleted
         list(range(1, 100)) + [v * 100 + k for v in range(1, 50) for k in range(10)]
     )
+    # + the upsert's file, the delete's, the compaction's; the lost one's is gone
+    assert len(list(Path(target).rglob("*.parquet"))) == MIN_NUM_FILES + 3
 
 
 def test_the_plan_names_each_due_partition(tmp_path: Path) -> None:
@@ -215,20 +233,62 @@ def test_the_plan_names_each_due_partition(tmp_path: Path) -> None:
     table = DeltaTable(uri)
     due = plan(table, AutoCompact(target_size=MAX_FILE_SIZE, min_num_files=3), since_ms=since)
     assert due is not None
-    assert sorted(due, key=str) == [
-        [("d", "=", ""), ("s", "=", "b")],
-        [("d", "=", 1), ("s", "=", "a")],
-    ]
+    assert sorted(due, key=str) == [(1, "a"), (None, "b")]
     assert (
         plan(table, AutoCompact(target_size=MAX_FILE_SIZE, min_num_files=4), since_ms=since) is None
     )
     smallest = min(pa.table(table.get_add_actions()).column("size_bytes").to_pylist())
     none_small = AutoCompact(target_size=2 * smallest, min_num_files=3)  # small: below half
     assert plan(table, none_small, since_ms=since) is None
-    for filters in due:  # the filters are delta-rs's to use as they are
-        table.optimize.compact(partition_filters=filters)
+    # the partitions are the files' own values: rewriting the files in them compacts them
+    wanted = set(due)
+    done = rewrite(
+        table,
+        [f for f in files_of(table) if f.partition in wanted],
+        uri=uri,
+        storage_options=None,
+        target_size=MAX_FILE_SIZE,
+        metadata={},
+    )
+    assert (done.removed, done.added) == (6, 2)
     parts = pa.table(DeltaTable(uri).get_add_actions()).column("partition").to_pylist()
     assert Counter((p["d"], p["s"]) for p in parts) == {(1, "a"): 1, (None, "b"): 1, (2, "c"): 2}
+
+
+@pytest.mark.parametrize("column", ["string", "int"])
+def test_an_empty_string_partition_is_the_null_partition_and_is_compacted(
+    target: str, column: str
+) -> None:
+    # one-row writes into p = '' (a string column) or p = null (an int column), every
+    # other one beside a file plain delta-rs adds with the same value (it keeps "" in the
+    # log as given): 51 small files of one partition, as the protocol reads it
+    kind = pa.string() if column == "string" else pa.int32()
+    table = TableSpec(partition_by=["p"], properties={AUTO_COMPACT: "true"})
+    sink = DeltaSink(target, APP, MergeSpec(mode="append"), table=table)
+    empty: Any = "" if column == "string" else None
+    for version in range(34):
+        data = pa.table({"id": pa.array([version], pa.int64()), "p": pa.array([empty], kind)})
+        sink.write(data, version)
+        if version % 2 == 0:
+            other = pa.table({"id": pa.array([1000 + version], pa.int64()), "p": data["p"]})
+            write_deltalake(target, other, mode="append")
+    stored = {
+        json.dumps(a["add"]["partitionValues"])
+        for actions in support.log_commits(target).values()
+        for a in actions
+        if "add" in a
+    }
+    assert ('{"p": ""}' in stored) == (column == "string")
+    compactions = optimize_commits(target)
+    assert len(compactions) == 1
+    assert files(target) < 5
+    rows = DeltaTable(target).to_pyarrow_table()
+    assert sorted(rows.column("id").to_pylist()) == list(range(34)) + [
+        1000 + v for v in range(0, 34, 2)
+    ]
+    assert rows.column("p").null_count == rows.num_rows  # '' reads as null, as before
+    added = [a["add"] for a in compactions[max(compactions)] if "add" in a]
+    assert [a["partitionValues"] for a in added] == [{"p": None}]  # the protocol's null
 
 
 @pytest.mark.parametrize(

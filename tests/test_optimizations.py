@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 
 from deltasink import CommitError, DeltaSink, DuplicateKeyError, FencedError, MergeSpec, checks
 from deltasink._faults import FaultInjected, armed
+from deltasink.backends.deltalog import history as history_module
 from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.backends.embedded.fencing import LOG_SETTINGS
 from deltasink.backends.embedded.stage import StagingWriter
 from deltasink.input.batch import prepare
 from deltasink.input.keys import distinct_floats, distinct_ints
+from deltasink.locations import normalize_uri
 from deltasink.shapes.merge import key_ranges
 from tests import support
 
@@ -911,14 +913,14 @@ def test_the_target_history_is_read_only_for_an_intent_without_outcome(
     intent and the target commit, a new sink reads it once to settle that intent."""
     sink = DeltaSink(target, "hist", MergeSpec(keys=["id"]))
     sink.write(pa.table({"id": [1], "v": ["a"]}), 0)
-    reads: list[int | None] = []
-    history = DeltaTable.history
+    reads: list[tuple[str, int]] = []  # (table, commit) read as history
+    read = history_module._read_local
 
-    def counted(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
-        reads.append(limit)
-        return history(table, limit)
+    def counted(root: str, version: int) -> str | None:
+        reads.append((root, version))
+        return read(root, version)
 
-    monkeypatch.setattr(DeltaTable, "history", counted)
+    monkeypatch.setattr(history_module, "_read_local", counted)
     for version in (1, 2, 3):
         sink.write(pa.table({"id": [version], "v": ["b"]}), version)
     assert reads == []
@@ -927,6 +929,7 @@ def test_the_target_history_is_read_only_for_an_intent_without_outcome(
     restarted = DeltaSink(target, "hist")
     assert restarted.status().committed_version == 3
     assert restarted.status().pending_versions == [4]
-    assert reads == [16]  # this app's newest commit (3) is in the first page: once
+    # once, newest first: this app's newest commit (3) is the target's newest
+    assert reads == [(normalize_uri(target), 3)]
     assert restarted.recover().committed_versions == [4]
     assert support.marker(target, "hist") == 4

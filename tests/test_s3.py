@@ -662,3 +662,34 @@ def test_a_version_staged_with_other_columns_is_written_as_before(s3: S3Server, 
     assert sink.commit(2).committed_versions == [1, 2]
     assert rows(uri, options) == [{"id": 1, "v": "c", "n": 3}, {"id": 2, "v": "d", "n": 2}]
     assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}  # one by one
+
+
+def test_compaction_and_history_reads_on_s3(s3: S3Server, uri: str) -> None:
+    """The compaction's own commit (rewrite: its files written beside the table, then
+    uploaded) and the history read commit file by commit file, on an object store."""
+    from deltasink.backends.deltalog.history import history
+    from deltasink.ops.history import is_compaction
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    for version in range(4):
+        sink.write(pa.table({"id": [version], "v": ["x"]}), version)
+    position = "2026-11-26"
+    sink.write(pa.table({"id": [1], "v": ["y"]}), 4, position=position)
+    sink.optimize()
+    table = DeltaTable(uri, storage_options=options)
+    assert table.get_add_actions().num_rows == 1
+    assert rows(uri, options) == [
+        {"id": 0, "v": "x"},
+        {"id": 1, "v": "y"},
+        {"id": 2, "v": "x"},
+        {"id": 3, "v": "x"},
+    ]
+    found = history(table)
+    assert [c["version"] for c in found] == list(range(table.version(), -1, -1))
+    assert found == table.history()
+    assert is_compaction(found[0])
+    assert sink.commits_since_optimize() == 0
+    assert sink.offsets().origin is not None  # the origin, read back from the history
+    leftovers = [k for k in keys_under(s3, uri) if ".deltasink-rewrite-" in k]
+    assert leftovers == []

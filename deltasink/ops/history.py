@@ -23,10 +23,12 @@ import pyarrow as pa
 from deltasink.ops.origin import ORIGIN_KEY, BatchOrigin, decode, encode
 
 __all__ = [
+    "COMPACTIONS",
     "HistoryEntry",
     "commit_origin",
     "count_since_optimize",
     "history_from_commits",
+    "is_compaction",
     "ledger_table",
     "previous_rows",
     "user_metadata",
@@ -228,12 +230,23 @@ def ledger_table(app_id: str, entries: list[HistoryEntry]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)
 
 
+#: The ``deltasink.operation`` of the compaction commits the embedded engine makes
+#: (recorded by Delta as ``WRITE`` commits of ``dataChange=false`` files).
+COMPACTIONS = ("autoCompact", "optimize")
+
+
+def is_compaction(commit: Mapping[str, Any]) -> bool:
+    """Whether a history record is a compaction: Delta's ``OPTIMIZE`` (any engine's), or
+    one the embedded engine made (:data:`COMPACTIONS`)."""
+    return commit.get("operation") == "OPTIMIZE" or commit.get("deltasink.operation") in COMPACTIONS
+
+
 def count_since_optimize(commits: Iterable[Mapping[str, Any]], app_id: str, limit: int) -> int:
-    """``app_id``'s commits among ``commits`` (newest first) before the first OPTIMIZE,
-    counting up to ``limit``."""
+    """``app_id``'s commits among ``commits`` (newest first) before the first compaction
+    (:func:`is_compaction`), counting up to ``limit``."""
     count = 0
     for commit in commits:
-        if commit.get("operation") == "OPTIMIZE":
+        if is_compaction(commit):
             break
         if history_from_commits([commit], app_id):
             count += 1

@@ -37,6 +37,7 @@ from deltasink.ops.layout import (
 from deltasink.ops.origin import ORIGIN_KEY
 from deltasink.shapes.spec import MergeSpec
 
+from .history import commits
 from .tables import plain, refresh, txn_version
 
 __all__ = ["StagingLog", "StagingSnapshot"]
@@ -153,12 +154,15 @@ class StagingLog:
 
     def origin_of(self, version: int) -> str | None:
         """The encoded origin the stage commit of ``version`` recorded, if any (read
-        from the staging history, newest first: for publishing a version staged by an
-        earlier process, ``recover()``)."""
+        from the staging history, newest first, down to that commit: for publishing a
+        version staged by an earlier process, ``recover()``). Reads commit files by
+        number from the snapshot held (:func:`~.history.commits`), so a ``gc`` or log
+        trim deleting older commit files meanwhile cannot fail it; a stage commit that
+        retention already removed has no origin to give (``None``)."""
         table = self.open(fresh=False)
         if table is None:
             return None
-        for commit in table.history():
+        for commit in commits(table):
             if commit.get("deltasink.operation") in ("stage", "restage") and str(
                 commit.get("deltasink.batchVersion")
             ) == str(version):

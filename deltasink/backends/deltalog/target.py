@@ -11,15 +11,16 @@ from deltalake import DeltaTable
 from deltasink.locations import is_local
 from deltasink.ops.history import history_from_commits
 
+from .history import commits
 from .marker import read_marker
 from .tables import arrow_schema, recently_latest, refresh, txn_version
 
 __all__ = ["TargetLog"]
 
-#: How many of the target's latest commits :meth:`TargetLog.last_commit_of` reads, page
-#: by page: enough for any writer's last commit unless thousands of commits of other
-#: writers came after it (each commit is one read on an object store).
-_HISTORY_PAGES = (16, 256, 4096)
+#: How many of the target's latest commits :meth:`TargetLog.last_commit_of` reads at most,
+#: newest first: enough for any writer's last commit unless thousands of commits of
+#: other writers came after it (each commit is one read on an object store).
+HISTORY_LIMIT = 4096
 
 
 class TargetLog:
@@ -37,6 +38,11 @@ class TargetLog:
         self._behind = False  # a marker read saw a newer version than self._table
         self._exists: bool | None = None  # as read last (None: not read yet)
         self._own: int | None = None  # the table version of this process's last commit
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """The delta-rs storage options the table is opened with."""
+        return dict(self._options)
 
     def open(self, *, fresh: bool = True) -> DeltaTable | None:
         """The target at its latest version (``fresh=False``: as read last, for a
@@ -88,20 +94,17 @@ class TargetLog:
     def last_commit_of(self, app_id: str) -> int | None:
         """The (highest) version of ``app_id``'s newest commit in the target's retained
         history (its commit metadata, not its ``txn`` marker), or ``None`` if the
-        history holds none among its latest :data:`_HISTORY_PAGES` commits. Reads the
-        newest commits first, in growing pages: for deciding whether a publish whose
-        marker is missing landed (rare: after a crash, or a lost marker), not on the
-        hot path."""
+        history holds none among its latest :data:`HISTORY_LIMIT` commits. Reads the
+        newest commits first, one by one (:func:`~.history.commits`: log retention
+        beside it cannot fail the read): for deciding whether a publish whose marker is
+        missing landed (rare: after a crash, or a lost marker), not on the hot path."""
         table = self.open()
         if table is None:
             return None
-        for limit in _HISTORY_PAGES:
-            commits = table.history(limit)
-            entries = history_from_commits(commits, app_id)
+        for commit in commits(table, HISTORY_LIMIT):
+            entries = history_from_commits([commit], app_id)
             if entries:
                 return entries[0].version
-            if len(commits) < limit:
-                return None
         return None
 
     def schema(self, *, fresh: bool = True) -> pa.Schema | None:

@@ -116,9 +116,9 @@ class EmbeddedBackend(SchemaFit, Claims):
         # A foreign intent settled from the target's history, and this app's newest
         # commit found there (read once per intent: it only changes by this writer).
         self._settled: tuple[int, int | None] | None = None
-        # The origins of the batches staged here (None: none recorded), until they are
-        # published: what their stage commits recorded, kept so that publishing does not
-        # read the staging history for them.
+        # The origins of the batches staged here (None: staged without one), until they
+        # are published: what their stage commits recorded, kept so that publishing
+        # does not read the staging history for them.
         self._origins: dict[int, str | None] = {}
         # Schemas of staged versions read from their files' footers (not in _staged).
         self._schemas: dict[int, pa.Schema] = {}
@@ -256,9 +256,10 @@ class EmbeddedBackend(SchemaFit, Claims):
         otherwise, e.g. in ``recover()``)."""
         metadata: dict[str, object] = {"deltasink.staging": self.log.uri, "deltasink.rows": rows}
         if origin is None and staged:
-            origin = (
-                self._origins[version] if version in self._origins else self.log.origin_of(version)
-            )
+            if version in self._origins:  # staged here: what its stage commit recorded
+                origin = self._origins[version]
+            else:  # staged by an earlier process (recover): its stage commit's metadata
+                origin = self.log.origin_of(version)
         if origin is not None:
             metadata[ORIGIN_KEY] = origin
         return metadata

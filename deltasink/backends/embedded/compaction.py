@@ -15,14 +15,19 @@ Delta's (delta-io/delta ``hooks/AutoCompact.scala``, ``AutoCompactUtils.scala`` 
   size such as ``64mb``), else 128 MiB (``autoCompact.maxFileSize``); a file is *small*
   below half of that (``autoCompact.minFileSize``'s default);
 * it runs when a partition the commit wrote files to holds at least 50 small files
-  (``autoCompact.minNumFiles``), and compacts only such partitions.
+  (``autoCompact.minNumFiles``), and rewrites those small files of such partitions.
+  Partition values are compared as the protocol reads them: ``''`` is null, so a slice
+  one writer stored under ``''`` and another under null is one partition.
 
 The decision reads the table state delta-rs already holds after the commit (its add
-actions' sizes and times), not storage. The compaction is a commit of its own (delta-rs
-``optimize.compact``: files removed and added with ``dataChange=false``) without a ``txn``
-action: the markers stay as the data commit left them (a table's ``txn`` state carries
-over every later commit). It never fails the write, whose commit has landed: a failure
-(a concurrent writer, storage) is logged as a warning and the next commit tries again.
+actions' sizes and times), not storage. The compaction is a commit of its own
+(:func:`~.rewrite.rewrite`: files removed and added with ``dataChange=false``) without a
+``txn`` action: the markers stay as the data commit left them (a table's ``txn`` state
+carries over every later commit). It lands only on a snapshot that still holds every
+file it rewrites, so it never commits on files another compaction or writer removed
+first: it then commits nothing and plans again. It never fails the write, whose commit
+has landed: any other failure (storage) is logged as a warning and the next commit
+tries again.
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable
+from deltalake import DeltaTable
 
 from deltasink._version import __version__
-from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.errors import ConfigurationError
+
+from .rewrite import Lost, files_of, rewrite, unreadable
 
 __all__ = [
     "AUTO_COMPACT",
@@ -48,6 +54,7 @@ __all__ = [
     "MIN_NUM_FILES",
     "TARGET_FILE_SIZE",
     "AutoCompact",
+    "Partition",
     "auto_compact",
     "compact_after_commit",
     "plan",
@@ -65,6 +72,9 @@ TARGET_FILE_SIZE = "delta.targetFileSize"
 MAX_FILE_SIZE = 128 * 1024 * 1024
 #: Small files a partition needs before it is compacted (``autoCompact.minNumFiles``).
 MIN_NUM_FILES = 50
+
+#: A partition's values, one per partition column (``()``: an unpartitioned table).
+Partition = tuple[Any, ...]
 
 _ON = ("true", "auto", "legacy")
 _OFF = ("false",)
@@ -140,15 +150,17 @@ def parse_size(text: str, *, table: str) -> int:
     return size
 
 
-def plan(table: DeltaTable, setting: AutoCompact, *, since_ms: int) -> list[list[Any]] | None:
+def plan(table: DeltaTable, setting: AutoCompact, *, since_ms: int) -> list[Partition] | None:
     """What to compact after a commit that began at ``since_ms`` (epoch milliseconds), read
     from the add actions of the state ``table`` holds.
 
     Returns:
-        ``None`` when nothing is due; else one partition filter (delta-rs
-        ``partition_filters``) per partition to compact, ``[[]]`` for an unpartitioned
-        table (all of it). A partition is due when the commit wrote a file to it
-        (modified at or after ``since_ms``) and it holds ``min_num_files`` small files.
+        ``None`` when nothing is due; else the partitions to compact, each as its
+        values (one per partition column, in order; ``()`` for an unpartitioned
+        table). A partition is due when the commit wrote a file to it (modified at or
+        after ``since_ms``) and it holds ``min_num_files`` small files. Partition values
+        are taken as the protocol reads them: an empty string is null, so files a writer
+        stored under ``''`` and under null are one partition.
     """
     actions = pa.table(table.get_add_actions(flatten=False))  # flattened: 5x slower
     if actions.num_rows < setting.min_num_files:
@@ -161,64 +173,117 @@ def plan(table: DeltaTable, setting: AutoCompact, *, since_ms: int) -> list[list
     columns = list(table.metadata().partition_columns)
     if not columns:
         count = pc.sum(small.cast(pa.int64())).as_py() if pc.any(written).as_py() else 0
-        return [[]] if count >= setting.min_num_files else None
+        return [()] if count >= setting.min_num_files else None
     partition = actions.column("partition")
     keys = [f"_{i}" for i in range(len(columns))]
     counts = (
-        pa.table([pc.struct_field(partition, c) for c in columns], names=keys)
+        pa.table([_protocol_value(pc.struct_field(partition, c)) for c in columns], names=keys)
         .append_column("small", small.cast(pa.int64()))
         .append_column("written", written.cast(pa.int64()))
         .group_by(keys, use_threads=False)
         .aggregate([("small", "sum"), ("written", "sum")])
     )
     due = [
-        # delta-rs matches a null partition value with "" (its partition string form)
-        [(c, "=", "" if row[k] is None else row[k]) for c, k in zip(columns, keys, strict=True)]
+        tuple(row[k] for k in keys)
         for row in counts.to_pylist()
         if row["written_sum"] and row["small_sum"] >= setting.min_num_files
     ]
     return due or None
 
 
+def _protocol_value(values: Any) -> Any:
+    """Partition values as the protocol reads them: ``''`` (of any type) is null."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        empty = pc.equal(values, pa.scalar("", values.type))
+        return pc.if_else(empty, pa.scalar(None, values.type), values)
+    return values
+
+
+#: Rounds of plan and rewrite after a compaction lost its files to a concurrent commit.
+_ROUNDS = 3
+_unreadable_warned: set[str] = set()
+
+
 def compact_after_commit(
-    table: DeltaTable, *, uri: str, app_id: str, version: int, since_ms: int
+    table: DeltaTable,
+    *,
+    uri: str,
+    app_id: str,
+    version: int,
+    since_ms: int,
+    storage_options: Mapping[str, str] | None = None,
 ) -> int:
     """Auto-compact ``table`` after the commit of ``version`` (begun at ``since_ms``) if
     its properties ask for it and enough small files have gathered. Never raises: the
     data commit is durable; a failure is logged as a warning and left to the next commit.
 
+    The compaction is one commit (:func:`~.rewrite.rewrite`) that lands only on a
+    snapshot still holding every file it rewrites: when another compaction or writer
+    removed one first, it commits nothing, plans again on the new snapshot (at most
+    three rounds) and otherwise leaves the partition to the next commit.
+
     Returns:
-        The compaction commits made (one per partition compacted).
+        The compaction commits made (0 or 1).
     """
-    made = 0
     try:
         setting = auto_compact(table.metadata().configuration, table=uri)
-        due = None if setting is None else plan(table, setting, since_ms=since_ms)
-        if setting is None or due is None:
-            return 0
-        props = CommitProperties(
-            custom_metadata={
-                "deltasink.operation": "autoCompact",
-                "deltasink.libraryVersion": __version__,
-            }
-        )
-        started = time.perf_counter()
-        for filters in due:
-            metrics = table.optimize.compact(
-                partition_filters=filters or None,
-                target_size=setting.target_size,
-                commit_properties=props,
-                post_commithook_properties=post_commit_hooks(table),
+        for _ in range(_ROUNDS):
+            due = None if setting is None else plan(table, setting, since_ms=since_ms)
+            if setting is None or due is None:
+                return 0
+            features = unreadable(table)
+            if features:
+                if uri not in _unreadable_warned:
+                    _unreadable_warned.add(uri)
+                    logger.warning(
+                        "app %r: auto compaction of %s skipped: it uses %s, whose files "
+                        "deltasink cannot rewrite row for row",
+                        app_id,
+                        uri,
+                        features,
+                    )
+                return 0
+            wanted = set(due)
+            files = [
+                f for f in files_of(table) if f.partition in wanted and f.size < setting.small_below
+            ]
+            if len(files) < 2:  # the small files are named by absolute URIs (a clone)
+                return 0
+            started = time.perf_counter()
+            try:
+                done = rewrite(
+                    table,
+                    files,
+                    uri=uri,
+                    storage_options=storage_options,
+                    target_size=setting.target_size,
+                    metadata={
+                        "deltasink.operation": "autoCompact",
+                        "deltasink.libraryVersion": __version__,
+                    },
+                )
+            except Lost as lost:
+                logger.info(
+                    "app %r: auto compaction of %s after version %d lost to a concurrent "
+                    "commit (%s); planning again",
+                    app_id,
+                    uri,
+                    version,
+                    lost,
+                )
+                continue
+            logger.info(
+                "app %r: auto-compacted %s after version %d (%d files into %d, Delta "
+                "version %d, %.3f s)",
+                app_id,
+                uri,
+                version,
+                done.removed,
+                done.added,
+                done.version,
+                time.perf_counter() - started,
             )
-            made += 1 if metrics.get("numFilesRemoved") else 0
-        logger.info(
-            "app %r: auto-compacted %s after version %d (%d commit(s), %.3f s)",
-            app_id,
-            uri,
-            version,
-            made,
-            time.perf_counter() - started,
-        )
+            return 1
     except Exception as exc:
         logger.warning(
             "app %r: auto compaction of %s after version %d failed (%s: %s); the commit of "
@@ -230,4 +295,4 @@ def compact_after_commit(
             exc,
             version,
         )
-    return made
+    return 0

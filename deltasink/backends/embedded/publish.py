@@ -17,11 +17,13 @@ from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
 from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_commit_hooks
+from deltasink.backends.deltalog.history import commits
 from deltasink.backends.deltalog.tables import arrow_schema, note_commit, txn_version
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.ops.history import is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
 from deltasink.shapes.schema import align_to_target
@@ -34,6 +36,9 @@ from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 
 __all__ = ["TargetWriter"]
+
+#: Attempts of a commit that lost only to compactions, beyond ``max_attempts``.
+_COMPACTION_RETRIES = 16
 
 
 class TargetWriter(TargetLog):
@@ -68,6 +73,7 @@ class TargetWriter(TargetLog):
         self.table_spec = table
         self._definition_checked = False
         self._condition_checked: str | None = None
+        self._attempt_base: int | None = None  # the version the last attempt read
 
     def check_writable(self, columns: Sequence[str]) -> None:
         """Before a writer's first write (checked once per writer): the existing target
@@ -137,7 +143,9 @@ class TargetWriter(TargetLog):
         marker for ``app_id`` is already ≥ ``version``. Creates the target from the
         batch when it does not exist yet. A commit that conflicts with a concurrent
         writer (Delta's optimistic concurrency) is redone on the new table state, up
-        to ``max_attempts`` times with jittered backoff. After a commit, the target is
+        to ``max_attempts`` times with jittered backoff; one that lost only to
+        compactions (which change no row) is redone at once without counting, up to
+        16 times more, so that a busy compactor cannot stop the writer. After a commit, the target is
         auto-compacted in a commit of its own when its properties ask for it
         (:mod:`.compaction`; never raises, never touches the marker).
 
@@ -156,10 +164,20 @@ class TargetWriter(TargetLog):
         extra = dict(metadata)
 
         def once() -> CommitResult:
-            if before_attempt is not None:
-                before_attempt()
-            result = self._apply_once(data, spec, app_id, version, extra, versions)
-            return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
+            for free in range(_COMPACTION_RETRIES, -1, -1):
+                if before_attempt is not None:
+                    before_attempt()
+                self._attempt_base = None
+                try:
+                    result = self._apply_once(data, spec, app_id, version, extra, versions)
+                except CommitFailedError:
+                    # Lost only to compactions (rows unchanged): again at once, without
+                    # using up an attempt, so a busy compactor cannot stop the writer.
+                    if free and self._only_compactions_since(self._attempt_base):
+                        continue
+                    raise
+                return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
+            raise AssertionError("unreachable")
 
         since = now_ms()
         result = retry(
@@ -179,7 +197,12 @@ class TargetWriter(TargetLog):
         table = self.open(fresh=False) if result.outcome == "committed" else None
         if table is not None:
             compact_after_commit(
-                table, uri=self.uri, app_id=app_id, version=version, since_ms=since
+                table,
+                uri=self.uri,
+                app_id=app_id,
+                version=version,
+                since_ms=since,
+                storage_options=self._options,
             )
         return result
 
@@ -230,7 +253,7 @@ class TargetWriter(TargetLog):
             table=self.uri,
             non_null_mask=None if flag is None else pc.invert(flag),
         )
-        before = table.version()
+        before = self._attempt_base = table.version()
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
         batch = ModeBatch(table, values, flag, guard, spec, props, self.uri)
         metrics = WRITE_MODE[spec.mode](batch)
@@ -300,6 +323,16 @@ class TargetWriter(TargetLog):
         assert table is not None
         _faults.point("publish.after_target_commit")
         return table.version(), rows.num_rows
+
+    def _only_compactions_since(self, base: int | None) -> bool:
+        """Whether every commit after version ``base`` of the target is a compaction
+        (its files rewritten with ``dataChange=false``: no row changed), read from the
+        commits themselves (:func:`~deltasink.backends.deltalog.history.commits`)."""
+        table = self.open()
+        if base is None or table is None or table.version() <= base:
+            return False
+        since = list(commits(table, table.version() - base))
+        return len(since) == table.version() - base and all(is_compaction(c) for c in since)
 
     @staticmethod
     def _result(

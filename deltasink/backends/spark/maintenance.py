@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from deltasink.core.committables import GcResult
+from deltasink.errors import CommitError
 from deltasink.input.sql import quote
 from deltasink.ops.history import (
     HistoryEntry,
@@ -15,13 +16,18 @@ from deltasink.ops.history import (
     history_from_commits,
     user_metadata,
 )
+from deltasink.retry import retry
 
 from .conf import session_conf
+from .errors import is_conflict
 from .logs import SparkLogs
 from .session import SparkSql
 from .tables import Tables
 
-__all__ = ["SparkMaintenance"]
+__all__ = ["OPTIMIZE_ATTEMPTS", "SparkMaintenance"]
+
+#: Attempts of ``OPTIMIZE`` when concurrent commits conflict with it.
+OPTIMIZE_ATTEMPTS = 6
 
 
 class SparkMaintenance:
@@ -57,11 +63,34 @@ class SparkMaintenance:
         return GcResult(files, dry_run)
 
     def optimize(self, z_order_by: Sequence[str]) -> None:
-        """``OPTIMIZE`` the target (``ZORDER BY`` the given columns)."""
+        """``OPTIMIZE`` the target (``ZORDER BY`` the given columns), Delta's own: its
+        conflict checker refuses an OPTIMIZE whose files a concurrent commit removed
+        (``ConcurrentDeleteDeleteException`` and its siblings), so it never commits on
+        files another compaction or writer rewrote. Such a conflict is retried, with
+        backoff, up to :data:`OPTIMIZE_ATTEMPTS` times.
+
+        Raises:
+            CommitError: It conflicted with concurrent commits every time; nothing
+                was committed.
+        """
         if not self._logs.target_exists():
             return
         zorder = f" ZORDER BY ({', '.join(quote(c) for c in z_order_by)})" if z_order_by else ""
-        self._sql.sql(f"OPTIMIZE {self.tables.target_ref}{zorder}")
+        target = self.tables.target
+        retry(
+            lambda: self._sql.sql(f"OPTIMIZE {self.tables.target_ref}{zorder}"),
+            attempts=OPTIMIZE_ATTEMPTS,
+            retryable=is_conflict,
+            exhausted=lambda n, exc: CommitError(
+                f"OPTIMIZE of {target} conflicted with concurrent commits {n} times in a "
+                f"row (last: {type(exc).__name__}); nothing was committed and no row "
+                "changed. Run it again when the writers are quieter.",
+                table=target,
+                app_id=self.tables.app_id,
+            ),
+            what=f"OPTIMIZE of {target}",
+            cap=1.0,
+        )
 
     def commits_since_optimize(self, limit: int) -> int:
         """This app's target commits since the target's last OPTIMIZE (up to ``limit``)."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
 
+from deltasink.backends.deltalog.history import history
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core.guards import Committed, MarkGuard, check_owner
@@ -87,14 +88,14 @@ class DeltaRsSource:
 
     def staging_commits(self, limit: int) -> list[dict[str, Any]]:
         table = self.staging.open()
-        return [] if table is None else list(table.history(limit))
+        return [] if table is None else history(table, limit)
 
     def partitions(self) -> tuple[StagedVersion, ...]:
         return self.staging.versions()
 
     def target_commits(self, limit: int | None) -> list[dict[str, Any]]:
         table = self.target.open()
-        return [] if table is None else list(table.history(limit))
+        return [] if table is None else history(table, limit)
 
     def committed(self) -> int | None:
         return self.target.committed_version(self.app_id)
