@@ -110,6 +110,8 @@ class Tracer:
         self._undo: list[Callable[[], None]] = []
 
     def _wrap(self, owner: Any, attr: str, label: str) -> None:
+        if not hasattr(owner, attr):  # another checkout's code (an A/B run): not traced
+            return
         original = getattr(owner, attr)
         if isinstance(inspect.getattr_static(owner, attr), (staticmethod, classmethod)):
             return
