@@ -6,6 +6,8 @@ import statistics
 from typing import Any
 
 from bench.common import fmt_rows
+from bench.report_stores import goal_rows as store_goal_rows
+from bench.report_stores import render_stores
 
 __all__ = ["goals", "render"]
 
@@ -214,6 +216,19 @@ def goals(results: dict[str, Any]) -> list[Row]:
                 _mark(s["s3"]["ratio"] <= 1.2 and s["s3"]["same_rows"]),
             ]
         )
+    if "p2u" in s:
+        p2u = s["p2u"]
+        rows.append(
+            [
+                f"P2u one `commit()` of {p2u['versions']} pending 1k-row versions into "
+                f"{fmt_rows(p2u['target_rows'])} vs the best MERGE of their union",
+                "≤ 1.2x",
+                _x(p2u["ratio"]),
+                _mark(p2u["ratio"] <= 1.2 and p2u["same_rows"]),
+            ]
+        )
+    if "stores" in s:
+        rows.extend(store_goal_rows(s["stores"]))
     return rows
 
 
@@ -619,6 +634,24 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
             f"{s['p2']['batches']} MERGEs"
         )
         parts.append(_p2(s["p2"]))
+    if "p2u" in s:
+        p2u = s["p2u"]
+        parts.append(
+            f"## P2u: {p2u['versions']} pending versions, one `commit()` vs one MERGE of "
+            "their union"
+        )
+        st = p2u["stats"]
+        parts.append(
+            _table(
+                ["side", "median [min-max]"],
+                [[f"`{side}`", cell(stat)] for side, stat in st.items()],
+            )
+        )
+        parts.append(
+            f"The union holds {p2u['union_rows']:,} rows (the latest per key); "
+            f"`sink_commit` / `best`: **{_x(p2u['ratio'])}** (goal ≤ 1.2x); tables equal: "
+            f"{'yes' if p2u['same_rows'] else '**no**'}."
+        )
     if "p3" in s:
         parts.append("## P3: Spark input, `sink.write(df)` vs the engine's `MERGE INTO`")
         parts.append(_p3(s["p3"]))
@@ -653,6 +686,18 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
         )
         parts.append(render_s3(s["s3"]))
     parts.extend(_new_sections(s))
+    if "stores" in s:
+        parts.append("## Object stores: requests and latency of a write and a coalesced commit")
+        parts.append(
+            "`python -m bench.store_requests` (part of `make bench`, or on its own): moto (S3) "
+            "and Azurite (ADLS) on 127.0.0.1 behind a proxy that counts each request by verb "
+            "and, for the latency rows, delays each one. `sink` is `sink.write` on a running "
+            "sink, `merge_txn` a kept-open `DeltaTable` with one delta-rs MERGE per batch "
+            "carrying `Transaction(app_id, version)` after a marker check; `hand` stages ten "
+            "batches by hand (appends to a kept-open staging table) and MERGEs their union. "
+            "bench/README.md has the layouts."
+        )
+        parts.append(render_stores(s["stores"]))
     if "grid" in s:
         parts.append("## Cost growth with target size and batch size")
         parts.append(_grid(s["grid"]))

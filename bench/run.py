@@ -25,7 +25,7 @@ from bench.report import render, splice
 
 __all__ = ["main"]
 
-PARTS = ("p1", "grid", "p2", "p3", "p4", "p5", "p7", "fanin", "telemetry")
+PARTS = ("p1", "grid", "p2", "p2u", "p3", "p4", "p5", "p7", "fanin", "telemetry", "stores")
 
 
 def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any]:
@@ -33,10 +33,12 @@ def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any
         fanin,
         p1_overhead,
         p2_coalesce,
+        p2_union,
         p3_spark,
         p4_planning,
         p5_memory,
         p7_floor,
+        store_requests,
         telemetry_cost,
     )
 
@@ -45,11 +47,14 @@ def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any
         ("p1", lambda: p1_overhead.run_p1(config)),
         ("p7", lambda: p7_floor.run(config)),
         ("p2", lambda: p2_coalesce.run(config)),
+        ("p2u", lambda: p2_union.run(config, 10 if config.quick else p2_union.VERSIONS)),
         ("p3", lambda: p3_spark.run(config)),
         ("p5", lambda: p5_memory.run(config)),
         ("telemetry", lambda: telemetry_cost.run(config)),
         ("fanin", lambda: fanin.run(config)),
         ("grid", lambda: p1_overhead.run_grid(config, out.get("p1", {}))),
+        # moto and Azurite in child processes (issue 39); quick: S3 only, fewer writes
+        ("stores", lambda: store_requests.run_for(config)),
         # last: the first full run builds (or waits for) the 10,000-batch history
         ("p4", lambda: p4_planning.run(config, rebuild=rebuild)),
     ]

@@ -91,7 +91,7 @@ class Azurite:
             env={**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{KEY}"},
         )
         self.endpoint = f"http://127.0.0.1:{self.port}/{ACCOUNT}"
-        for _ in range(200):
+        for _ in range(600):  # up to 30 s: node starts slowly on a loaded machine
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return

@@ -522,6 +522,148 @@ def test_recover_reads_the_staging_state_its_claim_committed(s3: S3Server, uri: 
     assert epoch["deltasink.epoch"] == "2"
 
 
+# -- a running writer's requests, and the caches behind them (issue 39) ------------------
+
+
+def _by_verb(s3: S3Server) -> dict[str, int]:
+    """The requests since the last reset, by verb (a listing counts as LIST)."""
+    return {k: v for k, v in s3.counts(reset=True).items() if v}
+
+
+def _upsert(ids: list[int], tag: str) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [tag] * len(ids)})
+
+
+def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
+    s3: S3Server, uri: str
+) -> None:
+    """Exact requests of a running sink's 10-row upsert, by verb: the MERGE's (its data
+    file and commit), the publish intent (one staging commit), and three HEADs of a
+    next commit file (the state read, the fencing check, the target before the MERGE);
+    no listing beyond the two each delta-rs commit makes, nothing read back."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(100)), "seed"), 0)
+    sink.write(_upsert(list(range(10)), "warm"), 1)
+    for version in (2, 3, 4):
+        s3.counts(reset=True)
+        sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
+        assert _by_verb(s3) == {"HEAD": 3, "LIST": 4, "PUT": 3, "GET": 7}, version
+    assert [r["v"] for r in rows(uri, options)][4:14] == ["v4"] * 10
+    assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(5)}
+
+
+def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
+    s3: S3Server, uri: str
+) -> None:
+    """The HEAD that stands in for a listing finds another writer's commit: the MERGE
+    runs on the snapshot that holds it (its row is updated, not duplicated) and the
+    marker read from the sink's own commit still answers for the app."""
+    from deltalake import write_deltalake
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert([1], "a"), 0)
+    write_deltalake(uri, _upsert([2], "other"), mode="append", storage_options=options)
+    s3.counts(reset=True)
+    sink.write(_upsert([2, 3], "b"), 1)
+    assert _by_verb(s3)["LIST"] == 5  # the one listing: the target, before the MERGE
+    assert rows(uri, options) == [
+        {"id": 1, "v": "a"},
+        {"id": 2, "v": "b"},
+        {"id": 3, "v": "b"},
+    ]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [2]}
+    assert sink.write(_upsert([9], "replay"), 1).results == ()  # a replay: no-op
+
+
+def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s3(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fencing check right before the target commit is one HEAD on S3: it must still
+    see a newer writer's claim made after the intent."""
+    from deltasink.backends.embedded.stage import StagingWriter
+
+    options = s3.storage_options()
+    old = _sink(uri, options)
+    old.write(_upsert([1], "a"), 0)
+    record_intent = StagingWriter.record_intent
+
+    def intent_then_claim(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        record_intent(writer, *args, **kwargs)
+        _sink(uri, options).recover()  # a newer writer claims the role
+
+    monkeypatch.setattr(StagingWriter, "record_intent", intent_then_claim)
+    with pytest.raises(FencedError, match="took over the staging table"):
+        old.write(_upsert([2], "zombie"), 1)
+    monkeypatch.undo()
+    assert rows(uri, options) == [{"id": 1, "v": "a"}]
+    assert txn_commits(s3, uri, "orders") == {0: [0]}
+
+
+def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A HEAD of the next commit file stands in for a listing only for a snapshot known
+    to be the latest less than ``FRESH_S`` ago (so no log clean-up can have removed
+    that file since); past it, the log is listed."""
+    from deltasink.backends.deltalog import tables
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(10)), "seed"), 0)
+    sink.write(_upsert([1], "warm"), 1)
+    monkeypatch.setattr(tables, "FRESH_S", 0.0)
+    s3.counts(reset=True)
+    sink.write(_upsert([2], "late"), 2)
+    counts = _by_verb(s3)
+    assert counts.get("HEAD", 0) == 0
+    assert counts["LIST"] == 4 + 4  # each log at each of its two reads
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}
+
+
+def test_a_pre_commit_puts_its_file_once_and_reads_nothing_back(s3: S3Server, uri: str) -> None:
+    """On S3 delta-rs writes a staged version's file in its commit's call: one PUT (not a
+    multipart upload), the commit, and one HEAD for the state read; the commit after
+    pre-committed versions reads none of them back (nor the staging history)."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(10)), "seed"), 0)
+    sink.write(_upsert([1], "warm"), 1)  # a MERGE: the target held at the sink's commit
+    for version in (2, 3):
+        s3.counts(reset=True)
+        assert sink.pre_commit(_upsert([version, 20 + version], f"v{version}"), version).state == (
+            "staged"
+        )
+        assert _by_verb(s3) == {"HEAD": 1, "PUT": 2, "LIST": 2, "GET": 2}, version
+    staged = [k for k in keys_under(s3, sink.staging) if "/_deltasink_version=" in k]
+    assert len(staged) == 2  # one file per version, in its partition
+    assert sink.commit(3).committed_versions == [2, 3]
+    assert [r["v"] for r in rows(uri, options) if r["id"] in (1, 2, 3, 22, 23)] == [
+        "warm",
+        "v2",
+        "v3",
+        "v2",
+        "v3",
+    ]
+    recovered = _sink(uri, options).recover()  # a new process: nothing left pending
+    assert (recovered.committed_version, recovered.results) == (3, ())
+
+
+def test_a_version_staged_with_other_columns_is_written_as_before(s3: S3Server, uri: str) -> None:
+    """A version whose columns are not the staging table's is not written by delta-rs
+    (its file must read back with the columns it was staged with): deltasink writes it
+    and commits it as written, as on local disk."""
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(pa.table({"id": [1, 2], "v": ["a", "b"], "n": [1, 2]}), 0)
+    sink.pre_commit(pa.table({"id": [1], "v": ["c"], "n": [3]}), 1)  # the table's columns
+    sink.pre_commit(pa.table({"id": [2], "v": ["d"]}), 2)  # without n: left alone
+    assert sink.commit(2).committed_versions == [1, 2]
+    assert rows(uri, options) == [{"id": 1, "v": "c", "n": 3}, {"id": 2, "v": "d", "n": 2}]
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}  # one by one
+
+
 def test_compaction_and_history_reads_on_s3(s3: S3Server, uri: str) -> None:
     """The compaction's own commit (rewrite: its files written beside the table, then
     uploaded) and the history read commit file by commit file, on an object store."""

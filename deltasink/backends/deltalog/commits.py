@@ -8,7 +8,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
+import pyarrow as pa
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    PostCommitHookProperties,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.schema import Schema as DeltaSchema
 from deltalake.transaction import AddAction, RemoveAction
 
@@ -16,9 +25,17 @@ from deltasink._version import __version__
 from deltasink.ops.history import TELEMETRY_KEY, user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 
-from .tables import arrow_schema
+from .tables import arrow_schema, note_commit
 
-__all__ = ["commit_properties", "log_commit", "now_ms", "post_commit_hooks"]
+__all__ = [
+    "STAGED_FILES",
+    "commit_properties",
+    "data_commit",
+    "log_commit",
+    "marker_commit",
+    "now_ms",
+    "post_commit_hooks",
+]
 
 
 def now_ms() -> int:
@@ -108,3 +125,52 @@ def log_commit(
         post_commithook_properties=post_commit_hooks(table, ahead=ahead),
         commit_properties=props,
     )
+
+
+#: The staged files delta-rs writes (:func:`data_commit`): short-lived and read back
+#: whole, once, so written for speed (as the files deltasink writes itself).
+STAGED_FILES = WriterProperties(
+    compression="LZ4_RAW",
+    default_column_properties=ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE"),
+)
+
+
+def data_commit(
+    table: DeltaTable, data: pa.Table, props: CommitProperties, *, ahead: int = 0
+) -> None:
+    """Append ``data`` (a staged version's rows with their partition column) to the
+    staging table in one commit, the file written by delta-rs (:data:`STAGED_FILES`),
+    and move ``table`` to that commit, its markers known (:func:`~.tables.note_commit`).
+    ``ahead``: as for :func:`log_commit`."""
+    base = table.version()
+    write_deltalake(
+        table,
+        data,
+        mode="append",
+        writer_properties=STAGED_FILES,
+        commit_properties=props,
+        post_commithook_properties=post_commit_hooks(table, ahead=ahead),
+    )
+    note_commit(table, base, {t.app_id: t.version for t in props.app_transactions or ()})
+
+
+def marker_commit(table: DeltaTable, props: CommitProperties, *, ahead: int = 0) -> None:
+    """Commit ``txn`` markers and commit metadata without data (no file, no metadata
+    change) to the staging log, and move ``table`` to that commit.
+
+    An append of zero rows: delta-rs then commits the markers alone, as
+    :func:`log_commit` with no actions does, and (unlike ``create_write_transaction``)
+    leaves ``table`` at the version it committed, so the next commit or state read
+    needs no listing of the log to see it, and the markers it wrote are known
+    (:func:`~.tables.note_commit`) without reading it back. ``ahead``: as for
+    :func:`log_commit`."""
+    base = table.version()
+    write_deltalake(
+        table,
+        arrow_schema(table).empty_table(),
+        mode="append",
+        commit_properties=props,
+        post_commithook_properties=post_commit_hooks(table, ahead=ahead),
+    )
+    markers: dict[str, int | None] = {t.app_id: t.version for t in props.app_transactions or ()}
+    note_commit(table, base, markers)

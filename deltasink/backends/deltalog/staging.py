@@ -38,7 +38,7 @@ from deltasink.ops.origin import ORIGIN_KEY
 from deltasink.shapes.spec import MergeSpec
 
 from .history import commits
-from .tables import arrow_schema, commit_file, plain, refresh, txn_version
+from .tables import arrow_schema, plain, refresh, txn_version
 
 __all__ = ["StagingLog", "StagingSnapshot"]
 
@@ -80,11 +80,6 @@ class StagingLog:
         self.options = dict(storage_options or {})
         self._table: DeltaTable | None = None
         self._fs: pafs.FileSystem | None = None
-        # Commits without data this sink made on the snapshot at version _own_base, in
-        # order (their commit ids): see only_own_commits_since().
-        self._own_base: int | None = None
-        self._own: list[str] = []
-        self._own_markers: set[str] = set()  # the txn app ids those commits carry
 
     def open(self, *, fresh: bool = True) -> DeltaTable | None:
         """The staging table, or ``None`` if not created yet.
@@ -104,48 +99,6 @@ class StagingLog:
             check_owner(config, staging=self.uri, target=self.target, app_id=self.app_id)
         self._table = table
         return table
-
-    def note_own_commit(self, base: int, commit_id: str, *markers: str) -> None:
-        """Record that this sink made a commit without data or metadata (carrying
-        ``commit_id`` in its commit info and ``txn`` actions of ``markers``) on the
-        snapshot at version ``base``."""
-        if self._own_base != base:
-            self._own_base, self._own, self._own_markers = base, [], set()
-        self._own.append(commit_id)
-        self._own_markers.update(markers)
-
-    def own_commits_ahead(self) -> int:
-        """How many commits this sink made (:meth:`note_own_commit`) after the state
-        held."""
-        table = self._table
-        held = table is not None and table.version() == self._own_base
-        return len(self._own) if held else 0
-
-    def own_commit_ahead(self, marker: str) -> bool:
-        """Whether this sink made a commit carrying ``txn(marker, ...)``
-        (:meth:`note_own_commit`) after the state held, which that state lacks."""
-        return marker in self._own_markers and self.own_commits_ahead() > 0
-
-    def only_own_commits_since(self) -> bool:
-        """Whether every commit after the snapshot held is one this sink made without
-        data or metadata (:meth:`note_own_commit`), so the table's metadata (the epoch)
-        in that snapshot is the latest. Checked by name on a local log: commit ``b + i``
-        holds the ``i``-th own commit id, and commit ``b + n + 1`` does not exist yet.
-        ``False`` when it cannot be told that way (the caller reads the log)."""
-        table = self._table
-        if table is None or not self._own or not is_local(self.uri):
-            return False
-        base = table.version()
-        if base != self._own_base:
-            return False
-        for offset, commit_id in enumerate(self._own, start=1):
-            try:
-                with open(commit_file(self.uri, base + offset), "rb") as f:
-                    if commit_id.encode() not in f.read():
-                        return False
-            except OSError:
-                return False
-        return not os.path.exists(commit_file(self.uri, base + len(self._own) + 1))
 
     # -- state ---------------------------------------------------------------------
 

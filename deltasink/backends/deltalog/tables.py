@@ -22,8 +22,11 @@ from deltasink.locations import is_local, normalize_uri
 __all__ = [
     "arrow_schema",
     "commit_file",
+    "mark_latest",
+    "note_commit",
     "open_table",
     "plain",
+    "recently_latest",
     "refresh",
 ]
 
@@ -109,6 +112,7 @@ def _open_once(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTabl
         raise storage_failure(exc, uri) from exc
     except DeltaError as exc:
         raise StorageError(unreadable_log(uri, exc), table=uri) from exc
+    mark_latest(table)
     return _checked(table, uri)
 
 
@@ -207,25 +211,108 @@ def refresh(
     """``table`` brought to the latest version, or the table re-opened from scratch
     (``None`` if it is gone) when its log moved under it (dropped, recreated).
 
-    On a local filesystem, a table whose next commit file does not exist is returned
-    as it is: one ``stat`` instead of delta-rs's listing of the whole ``_delta_log``,
-    so a writer that made the last commit itself refreshes at a cost independent of
-    the table's history."""
+    A table whose next commit file does not exist is returned as it is: Delta numbers
+    commits without gaps, so nothing was committed after ``table``'s version. On a local
+    filesystem that is one ``stat`` (and one more that ``table``'s own commit file is
+    still there) instead of delta-rs's listing of the whole ``_delta_log``; on an object
+    store one ``HEAD`` of that file instead of delta-rs's ``LIST`` and
+    ``_last_checkpoint`` ``GET``, for a snapshot known to have been the latest less than
+    :data:`FRESH_S` seconds ago (so no log clean-up can have removed the next commit
+    file since: a staging log keeps ten minutes). So a writer that made the last commit
+    itself refreshes at a cost independent of the table's history."""
     if table is None:
         return open_table(uri, storage_options)
+    version = table.version()
     if is_local(uri):
-        version = table.version()
         if not os.path.exists(commit_file(uri, version)):
             return open_table(uri, storage_options)  # dropped (and maybe recreated) meanwhile
         if not os.path.exists(commit_file(uri, version + 1)):
             # Commits are numbered without gaps: no commit after ``version`` exists, so
             # ``table`` is up to date (delta-rs would list the whole log to find that).
             return table
+    elif recently_latest(table) and not _exists(table, f"_delta_log/{version + 1:020d}.json"):
+        mark_latest(table)
+        return table
     try:
         table.update_incremental()
     except DeltaError:
         return open_table(uri, storage_options)
+    mark_latest(table)
     return table
+
+
+#: How long (seconds) after a snapshot was known to be the latest a probe of its next
+#: commit file may stand in for a listing of an object store's log (:func:`refresh`).
+FRESH_S = 60.0
+
+
+def mark_latest(table: DeltaTable) -> None:
+    """Record that ``table``'s snapshot is the latest version right now (it was just
+    listed, or this process just made its commit)."""
+    setattr(table, "_deltasink_latest_at", time.monotonic())  # noqa: B010
+
+
+def recently_latest(table: DeltaTable) -> bool:
+    """Whether ``table``'s snapshot was the latest version less than :data:`FRESH_S`
+    seconds ago (:func:`mark_latest`)."""
+    seen: float | None = getattr(table, "_deltasink_latest_at", None)
+    return seen is not None and time.monotonic() - seen < FRESH_S
+
+
+def _exists(table: DeltaTable, path: str) -> bool:
+    """Whether ``path`` (relative to the table's root) exists in the table's store: one
+    ``HEAD``; ``True`` when that cannot be told (the caller then reads the log)."""
+    try:
+        _store(table).open_input_file(path)  # a HEAD (get_file_info lists, then HEADs)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _store(table: DeltaTable) -> DeltaFileSystemHandler:
+    """delta-rs's object store for ``table``'s root, made once per table object."""
+    store: DeltaFileSystemHandler | None = getattr(table, "_deltasink_store", None)
+    if store is None:
+        options = dict(getattr(table, "_storage_options", None) or {})
+        store = DeltaFileSystemHandler(str(table.table_uri), options)
+        setattr(table, "_deltasink_store", store)  # noqa: B010
+    return store
+
+
+def note_commit(table: DeltaTable, base: int, markers: Mapping[str, int | None]) -> None:
+    """Record what this process's own commit, which brought ``table`` from version
+    ``base`` to its current version, did to the ``txn`` markers: each of ``markers``
+    is the app's marker now (``None``: unchanged by the commit). Only a commit that
+    landed right after ``base`` (no other commit in between) carries the other apps'
+    markers over as they were; so :func:`txn_version` answers for this version without
+    reading the commit file back. The snapshot is the latest (:func:`mark_latest`).
+    Nothing is recorded for a table whose markers expire
+    (``delta.setTransactionRetentionDuration``: delta-rs judges them)."""
+    mark_latest(table)
+    seen = _txn_cache(table)
+    version = table.version()
+    if version != base + 1:
+        return
+    if "delta.setTransactionRetentionDuration" in table.metadata().configuration:
+        return
+    for (at, app), marker in list(seen.items()):
+        if at == base and app not in markers:
+            seen[(version, app)] = marker
+    for app, marker in markers.items():
+        if marker is not None:
+            seen[(version, app)] = marker
+        elif (base, app) in seen:
+            seen[(version, app)] = seen[(base, app)]
+
+
+def _txn_cache(table: DeltaTable) -> dict[tuple[int, str], int | None]:
+    seen: dict[tuple[int, str], int | None] | None = getattr(table, "_deltasink_txns", None)
+    if seen is None:
+        seen = {}
+        setattr(table, "_deltasink_txns", seen)  # noqa: B010 (mypy knows no such attribute)
+    return seen
 
 
 def txn_version(table: DeltaTable, app_id: str) -> int | None:
@@ -240,18 +327,17 @@ def txn_version(table: DeltaTable, app_id: str) -> int | None:
     it whenever that cannot be told so: a table with
     ``delta.setTransactionRetentionDuration`` (markers expire), a missing or
     unreadable commit file, or more than :data:`_INCREMENTAL_MAX` commits to read."""
-    seen: dict[tuple[int, str], int | None] | None = getattr(table, "_deltasink_txns", None)
-    if seen is None:
-        seen = {}
-        setattr(table, "_deltasink_txns", seen)  # noqa: B010 (mypy knows no such attribute)
+    seen = _txn_cache(table)
     version = table.version()
     key = (version, app_id)
     if key in seen:
         return seen[key]
     known = [v for (v, app) in seen if app == app_id and v < version]
     found = _txn_since(table, app_id, max(known), seen) if known else _UNKNOWN
-    if len(seen) > 64:
-        seen.clear()
+    if len(seen) > 64:  # keep the newest version's answers: the next incremental read's base
+        newest = max(at for at, _ in seen)
+        for old in [k for k in seen if k[0] < newest]:
+            del seen[old]
     seen[key] = table.transaction_version(app_id) if found is _UNKNOWN else found
     return seen[key]
 
@@ -275,18 +361,20 @@ def _txn_since(
     marker = seen[(base, app_id)]
     local = is_local(uri)
     try:
-        store = (
-            None
-            if local
-            else DeltaFileSystemHandler(uri, dict(getattr(table, "_storage_options", None) or {}))
-        )
+        store = None if local else _store(table)
+        texts: dict[int, str] = getattr(table, "_deltasink_commits", {})
         for n in range(base + 1, version + 1):
-            if store is None:
+            if n in texts:  # read for another app's marker at this version
+                text = texts[n]
+            elif store is None:
                 with open(commit_file(normalize_uri(uri), n), encoding="utf-8") as f:
                     text = f.read()
             else:
                 stream = store.open_input_file(f"_delta_log/{n:020d}.json")
                 text = stream.read(stream.size()).decode("utf-8")
+                texts = {k: t for k, t in texts.items() if k > version - _INCREMENTAL_MAX}
+                texts[n] = text
+                setattr(table, "_deltasink_commits", texts)  # noqa: B010
             if not text.strip():
                 return _UNKNOWN  # a torn commit: let delta-rs judge it
             for line in text.splitlines():

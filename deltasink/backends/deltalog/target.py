@@ -15,7 +15,7 @@ from deltasink.ops.history import commit_app, history_from_commits
 
 from .history import commits
 from .marker import read_marker
-from .tables import arrow_schema, commit_file, refresh, txn_version
+from .tables import arrow_schema, commit_file, recently_latest, refresh, txn_version
 
 __all__ = ["TargetLog"]
 
@@ -50,6 +50,7 @@ class TargetLog:
         self._table: DeltaTable | None = None
         self._behind = False  # a marker read saw a newer version than self._table
         self._exists: bool | None = None  # as read last (None: not read yet)
+        self._own: int | None = None  # the table version of this process's last commit
 
     @property
     def storage_options(self) -> dict[str, str]:
@@ -78,7 +79,9 @@ class TargetLog:
         A local target's marker is read from its last checkpoint and the commits after
         it (:func:`~.marker.read_marker`), so the cost does not grow with history; the
         next ``open(fresh=False)`` then refreshes the table if it moved. Elsewhere, or
-        where that read cannot tell, through delta-rs."""
+        where that read cannot tell, through delta-rs: from the table held when it is
+        at this process's own last commit (:meth:`note_own_commit`) and was the latest
+        less than a minute ago, else after a refresh."""
         if is_local(self.uri):
             read = read_marker(self.uri, app_id)
             if read is not None:
@@ -86,7 +89,9 @@ class TargetLog:
                 self._behind = table is None or table.version() != read.table_version
                 self._exists = True
                 return read.marker
-        table = self.open()
+        table = self._table
+        if not (table is not None and table.version() == self._own and recently_latest(table)):
+            table = self.open()
         if table is None:
             return None
         return txn_version(table, app_id)
@@ -97,6 +102,14 @@ class TargetLog:
         table = DeltaTable(self.uri, version=table_version, storage_options=self._options)
         version: int | None = table.transaction_version(app_id)
         return version
+
+    def note_own_commit(self, table: DeltaTable) -> None:
+        """Record that ``table`` is at this process's own commit, the latest version:
+        until another commit is seen, a marker read on an object store answers from
+        it, without a request (only this writer moves its app's marker; a newer writer
+        of the app claims the staging table first, which the next staging read or
+        commit sees; the refresh before the next target commit sees any other)."""
+        self._table, self._own = table, table.version()
 
     def last_commit_of(self, app_id: str) -> int | None:
         """The (highest) version of ``app_id``'s newest commit in the target's retained

@@ -191,7 +191,9 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def stage_prepared(self, prepared: Prepared) -> StagedVersion:
         version, data = prepared.version, prepared.payload
-        epoch = self._claim_for(prepared)
+        # On the state read in this call: the stage commit, made on it, fails if anyone
+        # claimed since (a metadata change), and the epoch is then checked freshly.
+        epoch = self._claim_for(prepared, fresh=False)
         intent, origin = prepared.through, prepared.origin
         staged = self.writer.append(
             version, data, epoch=epoch, verified=True, intent=intent, origin=origin
@@ -332,7 +334,8 @@ class EmbeddedBackend(SchemaFit, Claims):
             self._origins.pop(version, None)
         for version in versions:
             self._schemas.pop(version, None)
-        self.writer.drop(versions, reason=reason, epoch=self._fence(), verified=True)
+        # The epoch on the state read in this call (the drop commit fails on a claim since)
+        self.writer.drop(versions, reason=reason, epoch=self._fence(fresh=False), verified=True)
 
     # -- status ---------------------------------------------------------------------
 
@@ -364,5 +367,6 @@ class EmbeddedBackend(SchemaFit, Claims):
         self._origins.pop(version, None)
         self._schemas.pop(version, None)
         staged = self.writer.replace(version, data, epoch=epoch)
+        self._origins[version] = None  # a restage commit records no origin
         self._staged.put(version, data)
         return staged

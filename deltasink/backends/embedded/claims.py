@@ -122,14 +122,15 @@ class Claims:
         """Record the publish intent for ``version`` unless already recorded (the stage
         commit of ``write()`` carries it; other paths pay one staging commit).
 
-        ``epoch``: already verified in this call (else checked here, on a fresh read
-        of the staging log). The commit is made on the state that check read; a claim
-        since then fails it (:meth:`~.stage.StagingWriter.record_intent`). ``mark``: the
-        committed version to record in the same commit (a direct publish's)."""
+        ``epoch``: already verified in this call (else checked here, on the state read
+        last in this call: every caller read the state first). The commit is made on
+        that state; a claim since then fails it, and the epoch is then checked freshly
+        (:meth:`~.stage.StagingWriter.record_intent`). ``mark``: the committed version
+        to record in the same commit (a direct publish's)."""
         if self._intent is not None and self._intent >= version:
             return
         if epoch is None:
-            epoch = self._fence()
+            epoch = self._fence(fresh=False)
         if epoch is not None:
             self.writer.record_intent(version, epoch=epoch, verified=True, mark=mark)
             self._intent = version

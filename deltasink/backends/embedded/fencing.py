@@ -136,9 +136,10 @@ class Fence:
         Raises:
             FencedError: A newer writer claimed the table.
         """
-        # Only this sink's own commits without metadata since the snapshot held (the
-        # publish intent, typically): its epoch is the latest, no listing needed.
-        table = self.log.open(fresh=fresh and not self.log.only_own_commits_since())
+        # This sink's own commits without data (the publish intent) leave the table
+        # object at them, so a fresh read finds nothing new by one probe of the next
+        # commit file (tables.refresh), not by listing the log.
+        table = self.log.open(fresh=fresh)
         if table is None:
             return None
         current = epoch_of(table)

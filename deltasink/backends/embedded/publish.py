@@ -18,7 +18,7 @@ from deltalake.schema import Schema as DeltaSchema
 from deltasink import _faults
 from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_commit_hooks
 from deltasink.backends.deltalog.history import commits
-from deltasink.backends.deltalog.tables import arrow_schema, txn_version
+from deltasink.backends.deltalog.tables import arrow_schema, note_commit, txn_version
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
@@ -308,6 +308,11 @@ class TargetWriter(TargetLog):
                 post_commithook_properties=post_commit_hooks(table),
             )
             table.update_incremental()
+        # This commit's marker, known without reading the commit back (the state read of
+        # the next write, and a replay, answer from it).
+        note_commit(table, before, {app_id: version})
+        if table.version() == before + 1:
+            self.note_own_commit(table)
         _faults.point("publish.after_target_commit")
         return CommitResult(
             version,

@@ -93,9 +93,13 @@ def log_commit(
     props: CommitProperties,
     *,
     ahead: int = 0,
+    data: pa.Table | None = None,
 ) -> None:
     """:func:`deltasink.backends.deltalog.commits.log_commit` for this engine's staging
-    table: if that commit is the one to write a checkpoint, then the log is trimmed
+    table (with ``data``: those rows appended by delta-rs, one staged version,
+    :func:`~deltasink.backends.deltalog.commits.data_commit`; with neither actions nor
+    data: :func:`~deltasink.backends.deltalog.commits.marker_commit`). If that commit
+    is the one to write a checkpoint, then the log is trimmed
     (:func:`trim_log`) as the state it was made on allows (``table``'s, with this
     commit's actions and markers), judged before the commit (whose clean-up by age
     may remove files that state was read from).
@@ -106,20 +110,27 @@ def log_commit(
     the conflict it is (``CommitFailedError``): the caller then checks the epoch
     freshly, as after any conflict (a newer writer's claim is the usual cause)."""
     due = post_commit_hooks(table, ahead=ahead).cleanup_expired_logs
-    settled = bool(due) and trimmable(table, after=(actions, props))
+    # a staged version's rows leave it pending: nothing to trim
+    settled = bool(due) and data is None and trimmable(table, after=(actions, props))
+    base = table.version()
     try:
-        commits.log_commit(table, actions, props, ahead=ahead)
+        if data is not None:
+            commits.data_commit(table, data, props, ahead=ahead)
+        elif actions:
+            commits.log_commit(table, actions, props, ahead=ahead)
+        else:  # markers only: the table object moves to the commit (no listing after it)
+            commits.marker_commit(table, props, ahead=ahead)
     except CommitFailedError:
         raise
     except DeltaError as exc:
         if base_gone(table):
             raise CommitFailedError(
-                f"the staging log moved on past the snapshot at version {table.version()} "
+                f"the staging log moved on past the snapshot at version {base} "
                 f"this commit was made on ({exc})"
             ) from exc
         raise
     if settled:
-        delete_old_log(table)
+        delete_old_log(table, base=base)
 
 
 def expire_log(table: DeltaTable) -> None:
@@ -178,12 +189,13 @@ def trimmable(
         return False
 
 
-def delete_old_log(table: DeltaTable) -> list[str]:
+def delete_old_log(table: DeltaTable, *, base: int | None = None) -> list[str]:
     """The deleting half of :func:`trim_log`, for a caller that found the table
     :func:`trimmable` before its commit (whose clean-up by age may remove files the
-    state it judged was read from); never raises."""
+    state it judged was read from; ``base``: the version of that state, when the
+    commit moved ``table`` past it); never raises."""
     config = table.metadata().configuration
-    horizon = table.version() + 1 - KEEP_COMMITS
+    horizon = (table.version() if base is None else base) + 1 - KEEP_COMMITS
     deleted: list[str] = []
     try:
         fs = _log_filesystem(table)

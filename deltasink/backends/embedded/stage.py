@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -27,9 +28,10 @@ from deltalake.transaction import AddAction, RemoveAction
 from deltasink import _faults
 from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_commit_hooks
 from deltasink.backends.deltalog.staging import StagingLog, props
-from deltasink.backends.deltalog.tables import arrow_schema
+from deltasink.backends.deltalog.tables import arrow_schema, note_commit
 from deltasink.core.protocol import DiscardReason, StagedVersion
 from deltasink.errors import StorageError
+from deltasink.locations import is_local
 from deltasink.ops.layout import (
     COMMITTED_SUFFIX,
     INTENT_SUFFIX,
@@ -136,43 +138,50 @@ class StagingWriter:
                 version=version,
             )
         _evolve(table, data.schema)
+        properties = commit_properties(
+            app_id=log.app_id,
+            version=version,
+            operation="restage" if replace else "stage",
+            markers={log.app_id + INTENT_SUFFIX: version} if intent else None,
+            extra={
+                "deltasink.rows": data.num_rows,
+                "deltasink.target": log.target,
+                "deltasink.epoch": epoch,
+                **({ORIGIN_KEY: origin} if origin is not None else {}),
+            },
+        )
+        if not replace and _written_by_delta_rs(table, data, log.uri):
+            stamp = now_ms()
+            _faults.point("stage.after_files")  # here: before the file is written
+            try:
+                log_commit(table, [], properties, data=_with_version(data, version))
+            except CommitFailedError:
+                self.epochs.check(epoch)  # a newer writer's claim is the usual cause
+                raise
+            _faults.point("stage.after_log_commit")
+            return StagedVersion(
+                version, data.num_rows, datetime.fromtimestamp(stamp / 1000, timezone.utc)
+            )
         removes = _removes(table, [version]) if replace else []
         relative = f"{VERSION_COLUMN}={version}/part-{uuid.uuid4()}.c000.parquet"
         fs = log.filesystem()
         fs.create_dir(relative.rsplit("/", 1)[0], recursive=True)
-        with (
-            fs.open_output_stream(relative) as out,
-            pq.ParquetWriter(out, data.schema, **STAGING_PARQUET) as writer,
-        ):
-            writer.write_table(data)
+        with fs.open_output_stream(relative) as out:
+            with pq.ParquetWriter(out, data.schema, **STAGING_PARQUET) as writer:
+                writer.write_table(data)
+            size = out.tell()  # what was written: no request to the store for it
         stamp = now_ms()
         try:
             _faults.point("stage.after_files")
             add = AddAction(
                 path=relative,
-                size=fs.get_file_info(relative).size,
+                size=size,
                 partition_values={VERSION_COLUMN: str(version)},
                 modification_time=stamp,
                 data_change=True,
                 stats=json.dumps({"numRecords": data.num_rows}),
             )
-            log_commit(
-                table,
-                [*removes, add],
-                commit_properties(
-                    app_id=log.app_id,
-                    version=version,
-                    operation="restage" if replace else "stage",
-                    markers={log.app_id + INTENT_SUFFIX: version} if intent else None,
-                    extra={
-                        "deltasink.rows": data.num_rows,
-                        "deltasink.target": log.target,
-                        "deltasink.epoch": epoch,
-                        **({ORIGIN_KEY: origin} if origin is not None else {}),
-                    },
-                ),
-                ahead=log.own_commits_ahead(),
-            )
+            log_commit(table, [*removes, add], properties)
         except CommitFailedError:
             _remove_orphan(fs, relative)
             self.epochs.check(epoch)  # a newer writer's claim is the usual cause
@@ -222,12 +231,6 @@ class StagingWriter:
             extra={"deltasink.versions": sorted(versions)},
         )
         if reason == "committed":
-            if log.own_commit_ahead(log.app_id + COMMITTED_SUFFIX):
-                # This sink's publish intent recorded a mark the state held lacks: a
-                # commit on that state would conflict with it (the same txn app id).
-                table.update_incremental()
-                if epoch is not None and self.epochs.check(epoch, fresh=False) is None:
-                    return
             properties.app_transactions = [
                 Transaction(
                     app_id=log.app_id + COMMITTED_SUFFIX,
@@ -239,8 +242,16 @@ class StagingWriter:
         # DELETE by partition predicate does the same, after planning a scan. The
         # table object then reads that commit, as a DELETE would have updated it: a
         # later commit made on this state must not see its own removes as a conflict.
-        log_commit(table, _removes(table, versions), properties, ahead=log.own_commits_ahead())
+        base = table.version()
+        try:
+            log_commit(table, _removes(table, versions), properties)
+        except CommitFailedError:
+            if epoch is not None:
+                self.epochs.check(epoch)  # a newer writer's claim is the usual cause
+            raise
         table.update_incremental()
+        # its markers known without reading it back (the committed mark, when recorded)
+        note_commit(table, base, {t.app_id: t.version for t in properties.app_transactions or ()})
 
     # -- records ---------------------------------------------------------------------
 
@@ -275,30 +286,21 @@ class StagingWriter:
         table = self.epochs.check(epoch, fresh=not verified)
         if table is None:
             return
-        if any(self.log.own_commit_ahead(marker) for marker in markers):
-            # This sink's earlier commit of the same marker is not in the state held: a
-            # commit on it would conflict with that one (the same txn app id). Read it
-            # (and whatever else came since), then check the epoch in what was read.
-            table.update_incremental()
-            table = self.epochs.check(epoch, fresh=False)
-            if table is None:
-                return
-        commit_id = uuid.uuid4().hex
         properties = commit_properties(
             app_id=self.log.app_id,
             version=None,
             operation=operation,
             markers=markers,
-            extra={"deltasink.epoch": epoch, "deltasink.commitId": commit_id},
+            extra={"deltasink.epoch": epoch, "deltasink.commitId": uuid.uuid4().hex},
         )
         try:
-            log_commit(table, [], properties, ahead=self.log.own_commits_ahead())
+            # The table object moves to this commit (its markers known, no listing).
+            log_commit(table, [], properties)
         except CommitFailedError:
             # Only a metadata (or protocol) change since the state read fails a
             # commit without data: the usual one is a newer writer's claim.
             self.epochs.check(epoch)
             raise
-        self.log.note_own_commit(table.version(), commit_id, *markers)
 
     def record_checks(self, encoded: str) -> None:
         """Record the job's checks (one commit, only when they changed)."""
@@ -338,6 +340,28 @@ class StagingWriter:
                 extra={"deltasink.versions": [version]},
             ),
         )
+
+
+def _written_by_delta_rs(table: DeltaTable, data: pa.Table, uri: str) -> bool:
+    """Whether the staged file of ``data`` is written by delta-rs, in the commit's own
+    call: on an object store, for rows whose schema is the staging table's (so the file
+    reads back with the columns and types the version was staged with). deltalake's
+    Python output stream uploads a file in parts (three requests on S3, two on Azure);
+    delta-rs puts a small one in one request, and the commit moves the table object to
+    it (no listing to see it afterwards). Locally, and for an empty version (a file is
+    written even for zero rows: the version is a partition of the snapshot), the file
+    is written here (:data:`STAGING_PARQUET`) and committed as written."""
+    if is_local(uri) or data.num_rows == 0:
+        return False
+    staged = arrow_schema(table)
+    return pa.schema([f for f in staged if f.name != VERSION_COLUMN]) == data.schema
+
+
+def _with_version(data: pa.Table, version: int) -> pa.Table:
+    """``data`` with its partition column."""
+    return data.append_column(
+        pa.field(VERSION_COLUMN, pa.int64()), pa.array(np.full(data.num_rows, version, np.int64))
+    )
 
 
 def _evolve(table: DeltaTable, schema: pa.Schema) -> None:
