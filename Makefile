@@ -47,7 +47,8 @@ test-generated: $(STAMP)
 # their own (whose output follows). docs/reliability.md has the times.
 DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
 	tests/test_any_writer.py
-DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py
+DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py \
+	tests/test_streaming_jvm.py tests/test_jobs.py
 
 test-delta-spark: $(STAMP)
 	@log=$$(mktemp); \

@@ -337,9 +337,8 @@ class ForeignWriterError(FencedError):
     Delta job writing with ``txnAppId``/``txnVersion``, a replaced process still
     running), committed a version into the target in the moment before the spark
     engine's coalesced commit of a run holding it took its snapshot: that version is in
-    the target twice. Raised after that commit, which cannot be undone: stop the other
-    writer and check those versions' rows by hand (``coalesce=False`` while another job
-    may still write with the app id leaves Delta's own check on every version).
+    the target twice. Raised after that commit (it cannot be undone): stop the other
+    writer, check those versions' rows by hand; ``coalesce=False`` keeps Delta's check.
 
     Attributes:
         versions: The versions the commit applied that the other writer had committed.

@@ -544,6 +544,7 @@ def template_submit_args(engine: str) -> str:
 
 @pytest.mark.jvm
 @pytest.mark.slow
+@pytest.mark.delta_spark_full  # a JVM of its own for 40 s: make test-delta-spark and make test-spark35
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
 @pytest.mark.parametrize("engine", [template_engine()])

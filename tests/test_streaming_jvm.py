@@ -72,6 +72,7 @@ def write_input(directory: Path) -> list[int]:
     return ids
 
 
+@pytest.mark.delta_spark_full  # a JVM of its own, killed and restarted: make test-delta-spark
 def test_hard_kill_mid_stream_then_restart_from_the_checkpoint(tmp_path: Path) -> None:
     # The same job on the spark engine over real delta-spark, killed three times at
     # planned instants: tests/test_stream_soak.py (and tools/stream_soak.py for the soak).

@@ -19,6 +19,8 @@ from deltasink.errors import NotADeltaTableError, StorageError
 from deltasink.failures import plain, storage_failure
 from deltasink.locations import is_local, normalize_uri
 
+from .damage import checked, unreadable_log
+
 __all__ = [
     "arrow_schema",
     "commit_file",
@@ -111,98 +113,19 @@ def _open_once(uri: str, storage_options: Mapping[str, str] | None) -> DeltaTabl
     except OSError as exc:  # the object store's words: access, network, outage
         raise storage_failure(exc, uri) from exc
     except DeltaError as exc:
-        raise StorageError(unreadable_log(uri, exc), table=uri) from exc
+        error = StorageError(unreadable_log(uri, exc), table=uri)
+        if _checkpoint_gone(exc):
+            # A log clean-up (gc, retention) removed the checkpoint _last_checkpoint
+            # named between delta-rs's two reads: the next read finds the newer one.
+            raise _Unsettled(error) from exc
+        raise error from exc
     mark_latest(table)
-    return _checked(table, uri)
+    return checked(table, uri)
 
 
-def unreadable_log(uri: str, exc: BaseException) -> str:
-    """The message for a Delta log that delta-rs cannot read: the store's words on one
-    line, the damaged commit file when a local log shows it, and advice that keeps
-    what the table holds (a new location would leave its pending versions behind)."""
-    damage = _log_damage(uri) if is_local(uri) else None
-    found = f" {damage}." if damage else ""
-    what = "that file" if damage else "the damaged _delta_log files"
-    return (
-        f"the Delta log of {uri} cannot be read: {plain(exc)}.{found} Restore {what} from "
-        "a backup (or the store's object versions) and run again; until then nothing is "
-        "published. Keep the table: deleting it or pointing the sink at a new location "
-        "would leave the versions it holds behind."
-    )
-
-
-def _log_damage(uri: str) -> str | None:
-    """For a local table: the first commit file after the last checkpoint that is
-    missing (a gap in the numbering) or not valid JSON (truncated, overwritten), as a
-    phrase naming its path; ``None`` when none is found."""
-    log = os.path.join(uri, "_delta_log")
-    start = _last_checkpoint(log) + 1
-    try:
-        names = os.listdir(log)
-    except OSError:
-        return None
-    versions = sorted(
-        int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
-    )
-    versions = [v for v in versions if v >= start]
-    expected = start if start > 0 else (versions[0] if versions else 0)
-    for v in versions:
-        if v != expected:
-            return (
-                f"The commit file {commit_file(uri, expected)} is missing (the log goes "
-                f"from commit {expected - 1} to {v})"
-            )
-        expected = v + 1
-    for v in versions:
-        path = commit_file(uri, v)
-        try:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        json.loads(line)
-        except (OSError, ValueError):
-            return f"The commit file {path} is not valid JSON (truncated or overwritten)"
-    return None
-
-
-def _checked(table: DeltaTable, uri: str) -> DeltaTable:
-    """``table``, unless its local log has torn (empty) commit files among the ones the
-    snapshot was read from."""
-    if is_local(uri):
-        empty = _torn_commits(uri, table.version())
-        if empty:
-            raise StorageError(
-                f"the Delta log of {uri} has empty commit files {empty} (a torn write): "
-                "reading it would silently lose those commits. Restore them from a "
-                "backup, or remove them if nothing was acknowledged after them.",
-                table=uri,
-            )
-    return table
-
-
-def _torn_commits(uri: str, version: int) -> list[str]:
-    """Zero-length commit files among those a snapshot at ``version`` is read from: the
-    commits after the last checkpoint (and the one after ``version``). Probed by name,
-    so the cost follows the commits since the checkpoint, not the table's history."""
-    log = os.path.join(uri, "_delta_log")
-    empty = []
-    for v in range(_last_checkpoint(log) + 1, version + 2):
-        name = f"{v:020d}.json"
-        try:
-            if os.stat(os.path.join(log, name)).st_size == 0:
-                empty.append(name)
-        except FileNotFoundError:
-            continue
-    return empty
-
-
-def _last_checkpoint(log: str) -> int:
-    """The version in ``_last_checkpoint``, or -1 (none, or unreadable: check all)."""
-    try:
-        with open(os.path.join(log, "_last_checkpoint"), encoding="utf-8") as f:
-            return int(json.load(f)["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return -1
+def _checkpoint_gone(exc: DeltaError) -> bool:
+    text = str(exc)
+    return ".checkpoint" in text and "not found" in text.lower()
 
 
 def refresh(
