@@ -159,7 +159,7 @@ class StreamLifecycle(RuleBasedStateMachine):
     # -- helpers ----------------------------------------------------------------------
 
     def new_sink(self) -> DeltaSink:
-        return DeltaSink(self.target, APP, APPEND, staging=self.staging)
+        return DeltaSink(self.target, APP, APPEND, staging=self.staging, engine="embedded")
 
     def snapshot(self) -> tuple[int | None, int | None]:
         return self.target_table.version(), self.staging_table.version()
@@ -422,4 +422,5 @@ class StreamLifecycle(RuleBasedStateMachine):
 StreamLifecycle = generated.hypothesis_run(sample=6, ci=500, stateful_step_count=10)(
     StreamLifecycle
 )
-TestStreamLifecycle = pytest.mark.generated(StreamLifecycle.TestCase)
+# 500 lifecycles take minutes: past pytest-timeout's 300 s default on a loaded machine.
+TestStreamLifecycle = pytest.mark.timeout(1800)(pytest.mark.generated(StreamLifecycle.TestCase))

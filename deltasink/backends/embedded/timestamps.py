@@ -45,6 +45,10 @@ UTC = dt.timezone.utc
 #: narrowed by a millisecond: Delta truncates timestamp statistics to milliseconds.
 LOW = dt.datetime(1677, 9, 21, 0, 12, 44, 146000, tzinfo=UTC)
 HIGH = dt.datetime(2262, 4, 11, 23, 47, 15, 854000, tzinfo=UTC)
+#: The exact range, in microseconds, for the values read from a file's INT96 columns
+#: (the writers model found values in the last millisecond refused).
+VALUE_LOW = dt.datetime(1677, 9, 21, 0, 12, 43, 145225, tzinfo=UTC)
+VALUE_HIGH = dt.datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=UTC)
 #: How the refusal names what the embedded engine cannot write.
 INT96_FEATURE = "INT96 timestamps outside 1677-2262"
 
@@ -178,7 +182,7 @@ def _outside(column: Any) -> bool:
             return False
         bounds = pc.min_max(column.cast(pa.timestamp("us", "UTC")))
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        return bool(low is not None and (low < LOW or high > HIGH))
+        return bool(low is not None and (low < VALUE_LOW or high > VALUE_HIGH))
     if pa.types.is_struct(kind):
         fields = [
             pa.chunked_array([c.field(i) for c in column.chunks]) for i in range(kind.num_fields)
