@@ -303,7 +303,7 @@ def test_two_auto_compacting_writers_beside_an_optimize_loop(tmp_path: Path) -> 
     def writer(app: str) -> None:
         try:
             table = TableSpec(properties={"delta.autoOptimize.autoCompact": "true"})
-            sink = DeltaSink(target, app, SPEC, table=table)
+            sink = DeltaSink(target, app, SPEC, table=table, engine="embedded")
             for version in range(batches):
                 data = maintenance_race.batch_rows(seed, app, version)
                 sink.write(pa.Table.from_pylist(data, schema=maintenance_race.SCHEMA), version)
@@ -314,7 +314,7 @@ def test_two_auto_compacting_writers_beside_an_optimize_loop(tmp_path: Path) -> 
         while not stop.wait(0.05):
             if support.exists(target):
                 with contextlib.suppress(CommitError):  # lost every round: named
-                    DeltaSink(target, "operator", SPEC).optimize()
+                    DeltaSink(target, "operator", SPEC, engine="embedded").optimize()
 
     threads = [threading.Thread(target=writer, args=(app,)) for app in maintenance_race.APPS]
     loop = threading.Thread(target=operator)

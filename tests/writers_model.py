@@ -211,11 +211,16 @@ def wrapping_int96(target: str) -> bool:
     for uri in DeltaTable(target).file_uris():
         parquet = pq.ParquetFile(uri.removeprefix("file://"), coerce_int96_timestamp_unit="us")
         schema = parquet.schema
-        if not any(schema.column(i).physical_type == "INT96" for i in range(len(schema))):
-            continue
-        for value in parquet.read(columns=["ts"]).column("ts").to_pylist():
-            if value is not None and not (low <= value.replace(tzinfo=UTC) <= high):
-                return True
+        # every INT96 column: the key `k` may be a timestamp too
+        int96 = [
+            schema.column(i).name
+            for i in range(len(schema))
+            if schema.column(i).physical_type == "INT96"
+        ]
+        for name in int96:
+            for value in parquet.read(columns=[name]).column(name).to_pylist():
+                if value is not None and not (low <= value.replace(tzinfo=UTC) <= high):
+                    return True
     return False
 
 
