@@ -117,6 +117,10 @@ class TargetWriter(TargetLog):
         if spec.mode == "append":
             return
         table = self.open(fresh=False)
+        if table is not None and self._int96.concerns(table):
+            # the newest snapshot: another writer (Spark) may have added such files since
+            # this writer last read the target (a pre_commit reads the staging log only)
+            table = self.open()
         if table is not None:
             self._int96.check(table)
 

@@ -70,6 +70,10 @@ class Int96Guard:
         #: The table (id, version) last found clean (a snapshot's files never change).
         self._clean: tuple[str, int] | None = None
 
+    def concerns(self, table: DeltaTable) -> bool:
+        """Whether ``table``'s schema has a timestamp (only then can a file hold INT96)."""
+        return any(_has_timestamp(field.type) for field in arrow_schema(table))
+
     def check(self, table: DeltaTable) -> None:
         """Refuse a write that may rewrite a file of ``table`` holding INT96 timestamps
         outside the range delta-rs reads (see the module doc).

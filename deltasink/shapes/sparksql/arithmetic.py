@@ -24,7 +24,7 @@ class Arithmetic(Base):
 
     def arithmetic(self, node: exp.Binary) -> Typed:
         op = ARITHMETIC[type(node)]
-        left, right = self.walk(node.this), self.walk(node.expression)
+        left, right = self.operands(node)
         for part in (left, right):
             self.need_number(part, op)
         if UNKNOWN in (left.type, right.type):
@@ -71,7 +71,7 @@ class Arithmetic(Base):
         )
 
     def divide(self, node: exp.Div) -> Typed:
-        left, right = self.walk(node.this), self.walk(node.expression)
+        left, right = self.operands(node)
         for part in (left, right):
             self.need_number(part, "/")
         if "decimal" in (left.type.name, right.type.name):
@@ -86,7 +86,7 @@ class Arithmetic(Base):
         return Typed(f"({a.sql} / {b.sql})", DOUBLE)
 
     def modulo(self, node: exp.Mod) -> Typed:
-        left, right = self.walk(node.this), self.walk(node.expression)
+        left, right = self.operands(node)
         for part in (left, right):
             self.need_number(part, "%")
         if "decimal" in (left.type.name, right.type.name):
@@ -100,7 +100,7 @@ class Arithmetic(Base):
         return Typed(f"({a.sql} % {b.sql})", kind)
 
     def int_divide(self, node: exp.IntDiv) -> Typed:
-        left, right = self.walk(node.this), self.walk(node.expression)
+        left, right = self.operands(node)
         for part in (left, right):
             if part.type.name not in ("unknown", "void") and not part.type.integral:
                 raise Refusal(

@@ -210,7 +210,8 @@ class Walker(Arithmetic, Functions):
     def comparison(self, node: exp.Binary) -> Typed:
         op = _COMPARISONS[type(node)]
         self.no_chain(node)
-        left, right = self.unify([self.walk(node.this), self.walk(node.expression)], op)
+        null_safe = isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ))
+        left, right = self.unify(list(self.operands(node, null_safe=null_safe)), op)
         left, right = self.nan_safe(left), self.nan_safe(right)
         if {left.type.name, right.type.name} & {"binary"} and op not in ("=", "<>"):
             self.refuse(
