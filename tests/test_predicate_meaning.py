@@ -186,3 +186,37 @@ def test_an_expect_check_refused_for_the_column_types_is_refused_at_the_first_ba
         sink.write(prices, 0)
     assert not Path(target).exists()
     assert support.staged_versions(sink.staging) == []
+
+
+def test_floor_of_nan_is_zero_as_in_spark(tmp_path: Path) -> None:
+    """Spark's ``floor(NaN)`` is 0, so ``1 < floor(x)`` is false for a NaN row; Sail
+    answered NaN, which sorts above every number, and deleted it (differential suite,
+    seed 909907858)."""
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "x": pa.array([float("nan"), 2.5, 0.5], pa.float32()),
+        }
+    )
+    target = str(tmp_path / "t")
+    DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when="1 < floor(x)")).write(rows, 0)
+    assert sorted(DeltaTable(target).to_pyarrow_table().column("id").to_pylist()) == [1, 3]
+
+
+def test_the_right_side_of_a_comparison_is_not_evaluated_where_the_left_is_null(
+    tmp_path: Path,
+) -> None:
+    """Spark evaluates ``abs(tiny)`` only where the left side is not null, so its
+    overflow at -128 never fails here; the range check made the write fail on every
+    engine but Spark (differential suite, seed 865641963)."""
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "zone": ["EU", "US"],
+            "tiny": pa.array([-128, 3], pa.int8()),
+        }
+    )
+    target = str(tmp_path / "t")
+    spec = MergeSpec(keys=["id"], delete_when="CASE 'ab' WHEN zone THEN 5 END > abs(tiny)")
+    DeltaSink(target, "app", spec).write(rows, 0)
+    assert sorted(DeltaTable(target).to_pyarrow_table().column("id").to_pylist()) == [1, 2]
