@@ -166,11 +166,12 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
     # Never when the MERGE deletes target rows absent from the batch: every
     # row outside the batch's key range would be "not matched by source".
     prune = spec.prunable and (share is None or share <= PRUNE_WHEN_OVERLAP_AT_MOST)
+    ranges = key_ranges(values, spec.keys, skip=b.blank) if prune else None
     plan = compile_merge(
         spec,
         values.column_names,
         has_delete=flag is not None,
-        prune=key_ranges(values, spec.keys, skip=b.blank) if prune else None,
+        prune=ranges,
         has_guard=guard is not None,
         target=arrow_schema(table),
         empty_as_null=b.blank,
@@ -182,8 +183,13 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         target_alias=TARGET,
         merge_schema=spec.schema_evolution,
         # A non-streamed source lets delta-rs prune target files, but it holds
-        # the whole source in the join: large batches stream instead (memory).
-        streamed_exec=not prune or values.num_rows >= STREAM_ABOVE_ROWS,
+        # the whole source in the join: large batches stream instead (memory). Only
+        # with a key-range predicate of exact statistics: without one, delta-rs's read
+        # predicate is its filter of the source's keys, which its conflict checker
+        # compares with statistics truncated to the millisecond for timestamps: a
+        # compaction of the row's file beside the MERGE went unseen and the key was
+        # inserted a second time (found by the writers model, seed 865641963).
+        streamed_exec=ranges is None or values.num_rows >= STREAM_ABOVE_ROWS,
         commit_properties=props,
         post_commithook_properties=post_commit_hooks(table),
     )
