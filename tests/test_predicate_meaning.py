@@ -220,3 +220,20 @@ def test_the_right_side_of_a_comparison_is_not_evaluated_where_the_left_is_null(
     spec = MergeSpec(keys=["id"], delete_when="CASE 'ab' WHEN zone THEN 5 END > abs(tiny)")
     DeltaSink(target, "app", spec).write(rows, 0)
     assert sorted(DeltaTable(target).to_pyarrow_table().column("id").to_pylist()) == [1, 2]
+
+
+def test_a_float_and_an_integer_are_compared_as_doubles(tmp_path: Path) -> None:
+    """Spark's ANSI mode compares a float with an integer as doubles: 2147483647 as a
+    float is 2147483648.0, above an int column's 2147483647; compared as floats both
+    are 2147483648.0 and the row was deleted (differential suite, seed 15583695)."""
+    rows = pa.table(
+        {
+            "id": pa.array([1], pa.int64()),
+            "f32": pa.array([0.5], pa.float32()),
+            "qty": pa.array([2**31 - 1], pa.int32()),
+        }
+    )
+    target = str(tmp_path / "t")
+    spec = MergeSpec(keys=["id"], delete_when="CAST(2147483647 AS FLOAT) BETWEEN f32 AND qty")
+    DeltaSink(target, "app", spec).write(rows, 0)
+    assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [1]
