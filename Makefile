@@ -48,7 +48,7 @@ test-generated: $(STAMP)
 DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
 	tests/test_any_writer.py
 DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py \
-	tests/test_streaming_jvm.py tests/test_jobs.py
+	tests/test_streaming_jvm.py tests/test_jobs.py tests/test_cli.py
 
 test-delta-spark: $(STAMP)
 	@log=$$(mktemp); \

@@ -326,6 +326,7 @@ def test_output_fits_80_columns_without_losing_text(job: DeltaSink) -> None:
 
 
 @pytest.mark.jvm
+@pytest.mark.delta_spark_full  # a JVM of its own: make test-delta-spark
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java 17 for classic PySpark")
 def test_spark_status_on_a_session_without_delta_is_one_configuration_error() -> None:
     """``deltasink --spark`` opens a classic session (here: local, no Delta jars or

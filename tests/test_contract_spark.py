@@ -933,7 +933,7 @@ if os.environ.get("DELTASINK_SPARK_PROPERTY_SHAPES") == "all":
 
 
 @pytest.mark.parametrize(
-    "shape", sliced(list(SPARK_PROPERTY_SHAPES), keep=("upsert-sequence-delete", "scd2-delete"))
+    "shape", sliced(list(SPARK_PROPERTY_SHAPES), keep=("upsert-sequence-delete",))
 )
 def test_the_target_equals_the_oracle_on_spark(delta_spark: Any, shape: str) -> None:
     from hypothesis import HealthCheck, given, settings
