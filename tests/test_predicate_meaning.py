@@ -237,3 +237,21 @@ def test_a_float_and_an_integer_are_compared_as_doubles(tmp_path: Path) -> None:
     spec = MergeSpec(keys=["id"], delete_when="CAST(2147483647 AS FLOAT) BETWEEN f32 AND qty")
     DeltaSink(target, "app", spec).write(rows, 0)
     assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [1]
+
+
+def test_a_decimal_cast_on_a_side_spark_skips_does_not_fail(tmp_path: Path) -> None:
+    """``CAST(qty AS DECIMAL(12,3))`` overflows for 2147483647, but Spark evaluates the
+    right side of an AND only where its left is not false; Sail failed the write
+    (differential suite, seed 1453115599)."""
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2], pa.int64()),
+            "f32": pa.array([0.5, 9.0], pa.float32()),
+            "qty": pa.array([2**31 - 1, 1], pa.int32()),
+            "amt": pa.array([Decimal("1.000"), Decimal("5.000")], pa.decimal128(12, 3)),
+        }
+    )
+    target = str(tmp_path / "t")
+    text = "NOT (f32 > qty AND amt > CAST(qty AS DECIMAL(12,3)))"
+    DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when=text)).write(rows, 0)
+    assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [2]
