@@ -23,7 +23,7 @@ from typing import Any
 import sqlglot.expressions as exp
 
 from .arithmetic import ARITHMETIC, Arithmetic
-from .base import DELTA_RS, OVERFLOWS, UNKNOWN, Typed
+from .base import DELTA_RS, OVERFLOWS, UNKNOWN, Typed, reads_columns
 from .base import EXACT as _EXACT
 from .functions import Functions
 from .literals import Refusal, convert, emit, integral_bounds, number
@@ -54,6 +54,13 @@ class Walker(Arithmetic, Functions):
                 f"a predicate of type {part.type}",
                 "a predicate selects rows: it must be true, false or null",
                 "write a condition, e.g. col = 'x'",
+            )
+        if not reads_columns(tree):
+            self.refuse(
+                "a predicate of constants only",
+                "Sail and DataFusion fold it by rules of their own, and some fail while "
+                "folding what Spark answers (a DECIMAL(38,10) compared with a round)",
+                "leave the setting out (a constant selects every row or none), or compare a column",
             )
         return part.sql
 
