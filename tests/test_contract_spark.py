@@ -293,8 +293,37 @@ def delta_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.stop()
 
 
+def _full(name: str) -> Any:
+    """``SinkContract``'s test ``name`` for one class, marked :data:`FULL` there only
+    (the contract's own function stays unmarked for the other classes)."""
+    inherited = getattr(SinkContract, name)
+
+    def test(self: Any, harness: Harness) -> None:
+        inherited(self, harness)
+
+    test.__name__, test.__doc__ = name, inherited.__doc__
+    return FULL(test)
+
+
 class TestSparkBackendDeltaRsLogs(SinkContract):
-    """Spark makes the commits; delta-rs reads the logs (local paths). Coalesced."""
+    """Spark makes the commits; delta-rs reads the logs (local paths). Coalesced. The
+    column-selection and mode tests below also run here in ``make test-delta-spark``
+    (``make test``'s time: docs/reliability.md)."""
+
+    test_update_columns_update_only_those_columns_one_commit_per_version = _full(
+        "test_update_columns_update_only_those_columns_one_commit_per_version"
+    )
+    test_except_columns_leave_those_columns_alone = _full(
+        "test_except_columns_leave_those_columns_alone"
+    )
+    test_delete_rows_absent_from_each_version = _full("test_delete_rows_absent_from_each_version")
+    test_replace_by_reloads_each_slice_exactly_once = _full(
+        "test_replace_by_reloads_each_slice_exactly_once"
+    )
+    test_null_safe_keys_match_null_with_null = _full("test_null_safe_keys_match_null_with_null")
+    test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included = _full(
+        "test_scd2_keeps_history_exactly_once_late_rows_and_deletes_included"
+    )
 
     @pytest.fixture
     def harness(self, target: str, delta_spark: Any) -> Harness:
