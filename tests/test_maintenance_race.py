@@ -52,6 +52,22 @@ def compactions(uri: str) -> list[int]:
     return [v for v in range(last + 1) if is_compaction(support.commit_info(uri, v))]
 
 
+def compact_once(target: str, compactor: str, spec: MergeSpec) -> Any:
+    """A fault-point callback: the first call compacts ``target`` with plain delta-rs
+    (``compactor == "delta-rs"``) or deltasink's ``optimize()``; later calls do nothing."""
+    done: list[int] = []
+
+    def compaction() -> None:
+        if not done:
+            done.append(1)
+            if compactor == "delta-rs":
+                DeltaTable(target).optimize.compact()
+            else:
+                DeltaSink(target, "operator", spec, engine="embedded").optimize()
+
+    return compaction
+
+
 def parquet_on_disk(uri: str) -> int:
     return len([p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts])
 
@@ -190,15 +206,7 @@ def test_a_merge_after_a_compaction_of_the_files_it_read_is_redone(
     file (not a blind append) among the files the MERGE would read: the MERGE
     conflicts and is redone on the compacted snapshot."""
     sink = five_small_files(target)
-    done: list[int] = []
-
-    def compaction() -> None:
-        if not done:
-            done.append(1)
-            if compactor == "delta-rs":
-                DeltaTable(target).optimize.compact()
-            else:
-                DeltaSink(target, "operator", SPEC).optimize()
+    compaction = compact_once(target, compactor, SPEC)
 
     # an upsert of keys 1 and 3 beside a new key 9: a MERGE, not the insert-only append
     with armed("publish.before_target_commit", compaction):
@@ -228,15 +236,7 @@ def test_a_timestamp_key_merge_after_a_compaction_of_its_file_is_redone(
         write_deltalake(target, pa.table({"k": [k], "v": [v]}, schema=schema), mode="append")
     spec = MergeSpec(keys=["k"])
     sink = DeltaSink(target, "writer", spec, engine="embedded")
-    done: list[int] = []
-
-    def compaction() -> None:
-        if not done:
-            done.append(1)
-            if compactor == "delta-rs":
-                DeltaTable(target).optimize.compact()
-            else:
-                DeltaSink(target, "operator", spec, engine="embedded").optimize()
+    compaction = compact_once(target, compactor, spec)
 
     with armed("publish.before_target_commit", compaction):
         sink.write(pa.table({"k": [key], "v": ["new"]}, schema=schema), 0)
