@@ -14,7 +14,8 @@ what the caller should do next::
     │   ├── SchemaMismatchError    batch columns or types do not fit the target
     │   ├── KeyColumnError         key column missing, or a key value is null
     │   │   └── InvalidKeyError    a key value no key can match (NaN in a float key)
-    │   └── DuplicateKeyError      one key twice in a batch without ``sequence_by``
+    │   ├── DuplicateKeyError      one key twice in a batch without ``sequence_by``
+    │   └── ConstraintViolationError rows break a CHECK constraint of the target
     ├── ConfigurationError         fix the sink's configuration or the tables
     │   ├── NotADeltaTableError    the target path holds something that is not Delta
     │   ├── StagingOwnershipError  the staging table belongs to another target or app
@@ -52,6 +53,7 @@ __all__ = [
     "CheckpointResetError",
     "CommitError",
     "ConfigurationError",
+    "ConstraintViolationError",
     "DeltaSinkError",
     "DuplicateKeyError",
     "FencedError",
@@ -111,18 +113,13 @@ class InvalidVersionError(InvalidInputError):
 
 
 class CheckpointResetError(InvalidVersionError):
-    """A micro-batch comes from another streaming query (another checkpoint: a deleted,
-    reset or changed one) than the writer of the newest version the app id holds
-    (committed or pending): another query, or a batch job's ``write()``/``pre_commit()``.
-
-    Its ``batch_id`` numbers batches of its own query, not the writer's versions, so it
-    is never taken for a replay. Nothing was written. Ways out (the message names them):
-    resume right after the newest version (``resume=True``: pending versions are
-    published first, a file source's rows of files already held are left out; other
-    sources start from the positions ``deltasink offsets`` prints), restore the old
-    checkpoint, or give the new query its own ``app_id``. Also raised, nothing written,
-    when a resumed file-source batch mixes held and new files and its rows do not say
-    which file they came from.
+    """A micro-batch comes from another streaming query (a deleted, reset or changed
+    checkpoint) than the writer of the newest version the app id holds (another query,
+    or a batch job): its ``batch_id`` is never taken for a replay. Nothing was written.
+    Ways out (the message names them): ``resume=True`` (right after the newest version;
+    ``deltasink offsets`` prints the positions), the old checkpoint, or another
+    ``app_id``. Also raised when a resumed file-source batch mixes held and new files
+    whose rows do not say which file they came from.
 
     Attributes:
         committed_by: The streaming query id that committed the current version.
@@ -171,6 +168,12 @@ class DuplicateKeyError(InvalidInputError):
     """The same key appears twice in one batch and no ``sequence_by`` orders them."""
 
 
+class ConstraintViolationError(InvalidInputError):
+    """Rows break the target's ``CHECK`` constraint ``constraint`` (null breaks it too)."""
+
+    constraint: str | None = None
+
+
 class ConfigurationError(DeltaSinkError):
     """The sink's configuration, or the tables it points at, must be fixed first."""
 
@@ -211,11 +214,10 @@ class StagingFormatError(ConfigurationError):
 
 
 class MarkerLostError(ConfigurationError):
-    """The target's ``txn`` marker for this app is below the committed mark the
-    staging table recorded (the target was rebuilt, restored or its markers expired)
-    while versions above that mark are staged. Any of them may already be in the
-    target (committed, its clean-up not yet run), so none is published: a person
-    checks the target and aborts the versions it already holds.
+    """The target's ``txn`` marker for this app is below the staging table's committed
+    mark (the target was rebuilt, restored or its markers expired) while versions above
+    it are staged, any of which the target may hold: none is published; a person
+    aborts the versions the target already holds.
 
     Attributes:
         marker: The target's marker (``None``: none).
@@ -238,11 +240,9 @@ class MarkerLostError(ConfigurationError):
 
 
 class UnverifiableChecksError(ConfigurationError):
-    """The staged versions were staged by a job whose pre-commit checks include plain
-    callables, which a sink without the job's code (the CLI, the maintenance job)
-    cannot run. Nothing was published: recover from the job itself, or pass
-    ``unverifiable_checks="skip"`` (CLI ``--skip-unverifiable-checks``) to publish
-    after the recorded built-in checks alone.
+    """The staged versions' job has callable checks that a sink without its code (the
+    CLI, the maintenance job) cannot run. Nothing was published: recover from the job,
+    or pass ``unverifiable_checks="skip"`` (CLI ``--skip-unverifiable-checks``).
 
     Attributes:
         checks: The names of the checks that cannot be run.

@@ -30,6 +30,7 @@ from deltasink.shapes.spec import MergeSpec
 from .audit import Auditor
 from .cache import StagedCache
 from .claims import Claims, foreign_intent
+from .features import without_evolution
 from .fencing import Fence
 from .maintenance import target_history
 from .publish import TargetWriter
@@ -186,6 +187,10 @@ class EmbeddedBackend(SchemaFit, Claims):
         self.target.check_writable(data.column_names)
         self.target.check_values(spec)
         self.target.check_condition(spec)
+        table = self.target.open(fresh=False)  # the definition refuses what it never takes
+        if table is not None:
+            without_evolution(table, data, spec, self.target.uri)
+            self.target.constraints.check(table, data, spec, versions=[version], app_id=self.app_id)
         self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)
 

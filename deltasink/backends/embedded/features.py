@@ -9,11 +9,17 @@ commit ("Unsupported table features required"), which it reports like a lost rac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pyarrow as pa
 from deltalake import DeltaTable
 
-from deltasink.errors import UnsupportedTableFeatureError
+from deltasink.backends.deltalog.tables import arrow_schema
+from deltasink.errors import SchemaMismatchError, UnsupportedTableFeatureError
+from deltasink.shapes.schema import align_to_target
+from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["WRITABLE_FEATURES", "refuse_unwritable"]
+__all__ = ["WRITABLE_FEATURES", "refuse_unwritable", "without_evolution"]
 
 #: Writer features of tables the embedded engine was shown to write correctly.
 WRITABLE_FEATURES = frozenset(
@@ -53,3 +59,32 @@ def refuse_unwritable(table: DeltaTable, uri: str) -> None:
             table=uri,
             features=unsupported,
         )
+
+
+def without_evolution(table: DeltaTable, data: pa.Table, spec: MergeSpec, uri: str) -> MergeSpec:
+    """``spec`` as a write of ``data`` into ``table`` runs it: on a column-mapped
+    target, whose schema delta-rs cannot evolve ("not yet supported", at every commit),
+    ``schema_evolution`` is dropped when the batch fits the target as it is, and refused
+    by name otherwise (before anything is staged, and on each commit's snapshot).
+
+    Raises:
+        UnsupportedTableFeatureError: The batch needs the schema of a column-mapped
+            target to change.
+    """
+    if not spec.schema_evolution:
+        return spec
+    if table.metadata().configuration.get("delta.columnMapping.mode", "none") == "none":
+        return spec
+    values = data.drop_columns([c for c in data.column_names if c.startswith("_deltasink_")])
+    try:
+        align_to_target(values, arrow_schema(table), evolve=False, table=uri)
+    except SchemaMismatchError as exc:
+        raise UnsupportedTableFeatureError(
+            f"the target {uri} uses column mapping, whose schema the embedded engine "
+            f"(delta-rs) cannot evolve, and this batch needs it to ({exc}). Add the "
+            "column first (ALTER TABLE ... ADD COLUMN), or write with engine='spark'. "
+            "Nothing was staged.",
+            table=uri,
+            features=["columnMapping"],
+        ) from exc
+    return replace(spec, schema_evolution=False)

@@ -34,7 +34,8 @@ from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
 from .compaction import auto_compact, compact_after_commit
-from .features import refuse_unwritable
+from .constraints import ConstraintJudge
+from .features import refuse_unwritable, without_evolution
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
@@ -79,6 +80,7 @@ class TargetWriter(TargetLog):
         self._condition_checked: str | None = None
         self._attempt_base: int | None = None  # the version the last attempt read
         self._int96 = Int96Guard(uri, storage_options)
+        self.constraints = ConstraintJudge(uri)
 
     def check_writable(self, columns: Sequence[str]) -> None:
         """Before a writer's first write (checked once per writer): the existing target
@@ -269,6 +271,8 @@ class TargetWriter(TargetLog):
             table = self.open()
             assert table is not None
         refuse_unwritable(table, self.uri)  # not a conflict to retry: delta-rs would fail
+        spec = without_evolution(table, data, spec, self.uri)  # this snapshot's definition
+        self.constraints.check(table, data, spec, versions=versions or [version], app_id=app_id)
         marker = txn_version(table, app_id)
         if marker is not None and marker >= version:
             return CommitResult(version, "already_committed", rows=data.num_rows)

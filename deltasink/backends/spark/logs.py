@@ -177,6 +177,10 @@ class SparkLogs:
         """Whether the target table exists yet."""
         return self._source.target_exists()
 
+    def target_properties(self) -> dict[str, str]:
+        """The existing target's table properties (its ``CHECK`` constraints among them)."""
+        return self._source.target_properties()
+
     def target_frame(self, session: Any = None) -> Any | None:
         """The target as a Spark DataFrame (for its schema) on ``session`` (default: the
         backend's), or ``None`` if absent."""

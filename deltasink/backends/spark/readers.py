@@ -21,6 +21,7 @@ from deltasink.input.sql import quote
 from deltasink.ops.history import history_from_commits
 from deltasink.ops.layout import VERSION_COLUMN
 
+from .definition import read_definition
 from .errors import is_missing
 from .ledger import new_commits
 from .session import SparkSql
@@ -59,6 +60,10 @@ class LogSource(Protocol):
 
     def target_exists(self) -> bool:
         """Whether the target table exists yet."""
+        ...
+
+    def target_properties(self) -> dict[str, str]:
+        """The existing target's table properties, as the target was read last."""
         ...
 
     def marks(self, committed: int | None, mark: int | None) -> CommitMarks:
@@ -107,6 +112,10 @@ class DeltaRsSource:
 
     def target_exists(self) -> bool:
         return self.target.open() is not None
+
+    def target_properties(self) -> dict[str, str]:
+        table = self.target.open(fresh=False)
+        return {} if table is None else dict(table.metadata().configuration)
 
     def marks(self, committed: int | None, mark: int | None) -> CommitMarks:
         rs_mark = self.staging.committed_mark()
@@ -190,6 +199,9 @@ class SparkSource:
                 return False
             raise
         return True
+
+    def target_properties(self) -> dict[str, str]:
+        return dict(read_definition(self._sql, self.tables.target_ref).properties)
 
     def marks(self, committed: int | None, mark: int | None) -> CommitMarks:
         # ``committed`` comes from DESCRIBE HISTORY, which log retention truncates: a

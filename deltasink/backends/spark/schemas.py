@@ -17,6 +17,7 @@ from deltasink.input.arrow import spark_empty
 from deltasink.shapes.partitions import string_partitions as blank_columns
 from deltasink.shapes.spec import MergeSpec
 
+from .constraints import check_constraints
 from .definition import string_partitions
 from .logs import SparkLogs
 from .publish import TargetWriter
@@ -75,6 +76,18 @@ class SchemaFit:
         check_condition(spec, target, table=self.target)
         self._validate_checks(prepared)
         self._target_writer.check_definition(prepared.columns)
+        if target is not None:  # rows the table's definition would refuse at commit
+            props = self._logs.target_properties()
+            check_constraints(
+                prepared.frame,
+                prepared.columns,
+                spec,
+                target,
+                props,
+                table=self.target,
+                version=version,
+                app_id=self.app_id,
+            )
         _faults.point("stage.before_write")
         return prepared
 

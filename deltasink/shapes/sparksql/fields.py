@@ -16,6 +16,7 @@ field                                  evaluated by       columns
 ``replace_where``                      Spark, Sail, delta-rs  plain names
 ``target_predicate``                   Spark, Sail, delta-rs  ``t.<column>``
 ``not_matched_by_source_condition``    Spark, delta-rs    ``t.<column>`` or plain
+a target's ``CHECK`` constraint        Spark, delta-rs    the batch's, plain names
 =====================================  =================  ============================
 
 :func:`check` runs when the spec or check is built (the rules that need no column
@@ -40,7 +41,12 @@ from .types import SqlType
 __all__ = ["FIELDS", "Field", "FieldName", "check", "translate"]
 
 FieldName = Literal[
-    "delete_when", "replace_where", "target_predicate", "not_matched_by_source_condition", "expect"
+    "delete_when",
+    "replace_where",
+    "target_predicate",
+    "not_matched_by_source_condition",
+    "expect",
+    "check_constraint",
 ]
 
 
@@ -62,6 +68,8 @@ FIELDS: dict[FieldName, Field] = {
     "not_matched_by_source_condition": Field(
         "MergeSpec.not_matched_by_source_condition", DELTA_RS, Scope("optional", "t")
     ),
+    # the embedded engine judges a batch by the target's constraints (shapes/constraints.py)
+    "check_constraint": Field("the target's CHECK constraint", DELTA_RS, Scope()),
 }
 
 
