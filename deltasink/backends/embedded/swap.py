@@ -213,7 +213,9 @@ def _write_commit(
     operation_parameters: Mapping[str, Any],
 ) -> None:
     """Create the commit file of ``version`` if absent (``FileExistsError`` otherwise),
-    then write a checkpoint when the table's interval asks for one."""
+    then write a checkpoint when the table's interval asks for one (and clean up the
+    expired log then, as :func:`~deltasink.backends.deltalog.commits.post_commit_hooks`
+    has delta-rs do)."""
     commit_info = {
         "timestamp": now_ms(),
         "operation": "OPTIMIZE",
@@ -238,9 +240,12 @@ def _write_commit(
         os.link(temp, final)  # atomic, and fails if another commit holds the version
     finally:
         os.remove(temp)
-    if post_commit_hooks(table).create_checkpoint and _checkpoint_due(table, version):
+    hooks = post_commit_hooks(table)  # as delta-rs would run them after its commit
+    if hooks.create_checkpoint and _checkpoint_due(table, version):
         table.update_incremental()
         table.create_checkpoint()
+        if hooks.cleanup_expired_logs:
+            table.cleanup_metadata()
 
 
 def _checkpoint_due(table: DeltaTable, version: int) -> bool:
