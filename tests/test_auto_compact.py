@@ -98,7 +98,11 @@ def test_auto_compaction_follows_the_table_property(target: str, value: str) -> 
         changes = [a.get("add") or a.get("remove") for a in actions if {"add", "remove"} & a.keys()]
         assert len(changes) == MIN_NUM_FILES + 1
         assert not [c for c in changes if c["dataChange"]]
-        assert support.commit_info(target, 50)["deltasink.operation"] == "autoCompact"
+        info = support.commit_info(target, 50)
+        assert info["deltasink.operation"] == "autoCompact"
+        assert info["operation"] == "OPTIMIZE"  # what DESCRIBE HISTORY shows (issue 43)
+        assert info["operationParameters"]["auto"] is True
+        assert info["operationMetrics"]["numRemovedFiles"] == str(MIN_NUM_FILES)
         assert files(target) == 1  # the upsert after it rewrote the one compacted file
         assert support.txn_commits(target, APP) == {v: [v] for v in range(50)} | {50: [51]}
         assert (Path(target) / "_delta_log" / f"{50:020d}.checkpoint.parquet").exists()

@@ -261,6 +261,7 @@ def compact_after_commit(
                         "deltasink.operation": "autoCompact",
                         "deltasink.libraryVersion": __version__,
                     },
+                    auto=True,
                 )
             except Lost as lost:
                 logger.info(

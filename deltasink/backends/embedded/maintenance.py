@@ -63,16 +63,18 @@ class EmbeddedMaintenance:
     def optimize(self, z_order_by: Sequence[str]) -> None:
         """Compact the target's files below its target size (``delta.targetFileSize``,
         else 100 MiB), or with ``z_order_by`` Z-ORDER every partition by those columns,
-        in one commit of ``dataChange=false`` files that cannot change rows
+        in one ``OPTIMIZE`` commit of ``dataChange=false`` files that cannot change rows
         (:func:`~.rewrite.rewrite`): it commits only on a snapshot that still holds
-        every file it rewrites. When a concurrent compaction or writer removed one
-        first, it commits nothing and plans again on the new snapshot, with backoff,
-        up to :data:`OPTIMIZE_ATTEMPTS` times. Safe beside live writers; a writer whose
+        every file it rewrites, unchanged. When a concurrent compaction or writer
+        removed or changed one first, it commits nothing and plans again on the new
+        snapshot (checked again as below), with backoff, up to
+        :data:`OPTIMIZE_ATTEMPTS` times. Safe beside live writers; a writer whose
         commit conflicts with it redoes its commit.
 
         Raises:
             UnsupportedTableFeatureError: The target uses column mapping or deletion
-                vectors, whose files cannot be rewritten row for row here.
+                vectors, whose files cannot be rewritten row for row here (also when
+                a concurrent commit enabled them while it ran: nothing committed).
             ConfigurationError: A ``z_order_by`` column is not a column of the target,
                 or is a partition column.
             CommitError: Concurrent commits took its files every time, or delta-rs
@@ -81,21 +83,16 @@ class EmbeddedMaintenance:
         table = self.target.open()
         if table is None:
             return
-        features = unreadable(table)
-        if features:
-            raise UnsupportedTableFeatureError(
-                f"optimize() cannot compact {self.target.uri}: it uses {features}, whose "
-                "data files the embedded engine cannot rewrite row for row. Run OPTIMIZE "
-                "with Delta on Spark (engine='spark'). Nothing was written.",
-                table=self.target.uri,
-                features=features,
-            )
+        _check_readable(table, self.target.uri)
         _check_z_order(table, z_order_by, self.target.uri)
         uri = self.target.uri
 
         def once() -> None:
             current = self.target.open()
             assert current is not None
+            # each round plans on a new snapshot: a commit in between may have enabled
+            # deletion vectors (and deleted rows by them) or column mapping
+            _check_readable(current, uri)
             size = _target_size(current, uri)
             chosen = _chosen(current, size, z_order=bool(z_order_by))
             if not chosen:
@@ -115,6 +112,7 @@ class EmbeddedMaintenance:
                     target_size=size,
                     metadata=metadata,
                     z_order_by=z_order_by,
+                    auto=False,
                 )
             except DeltaError as exc:
                 raise CommitError(
@@ -147,6 +145,18 @@ class EmbeddedMaintenance:
         if table is None:
             return 0
         return count_since_optimize(commits(table, 4 * limit + 16), self.app_id, limit)
+
+
+def _check_readable(table: DeltaTable, uri: str) -> None:
+    features = unreadable(table)
+    if features:
+        raise UnsupportedTableFeatureError(
+            f"optimize() cannot compact {uri} (version {table.version()}): it uses "
+            f"{features}, whose data files the embedded engine cannot rewrite row for "
+            "row. Run OPTIMIZE with Delta on Spark (engine='spark'). Nothing was written.",
+            table=uri,
+            features=features,
+        )
 
 
 def _target_size(table: DeltaTable, uri: str) -> int:

@@ -18,11 +18,12 @@ So the rewrite makes its own commit, and checks the one condition that matters i
    target, with the target's statistics settings (Z-ORDER: delta-rs's ``z_order`` runs
    there), so each new file, its statistics and its partition values are delta-rs's;
 3. those files are put into the target's directory, not yet referenced by its log;
-4. one commit removes the old files and adds the new ones, all ``dataChange=false``,
-   with ``max_commit_retries=0``: it lands on exactly the version after the snapshot
-   it was checked against, or fails. After a failure the table is read again and the
-   commit is tried on the new snapshot only if every file it removes is still there
-   and the schema, partitioning and protocol are as planned; otherwise the rewrite is
+4. one commit (:mod:`.swap`, an ``OPTIMIZE`` in the history) removes the old files and
+   adds the new ones, all ``dataChange=false``: it lands on exactly the version after
+   the snapshot it was checked against, or fails. After a failure the table is read
+   again and the commit is tried on the new snapshot only if every file it removes is
+   still there unchanged (no deletion vector added) and the schema, partitioning,
+   protocol and readable features are as planned; otherwise the rewrite is
    :class:`Lost`: its new files are deleted and nothing was committed.
 
 What it refuses to read (:func:`unreadable`): tables with column mapping (physical
@@ -37,38 +38,27 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError
+from deltalake import DeltaTable, write_deltalake
 from deltalake.fs import DeltaStorageHandler
-from deltalake.transaction import AddAction, RemoveAction
 
 from deltasink import _faults
-from deltasink.backends.deltalog.commits import now_ms, post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.locations import is_local, normalize_uri
+
+from .files import File, Lost, files_of, unreadable
+from .swap import commit_swap as _commit
+from .swap import parameters
 
 __all__ = ["File", "Lost", "Rewritten", "files_of", "rewrite", "unreadable"]
 
 #: The table properties that decide which columns get statistics, copied to the scratch.
 _STATS_PROPERTIES = ("delta.dataSkippingNumIndexedCols", "delta.dataSkippingStatsColumns")
-#: Commits tried on a newer snapshot when others took the version (their files checked).
-COMMIT_ATTEMPTS = 8
-
-
-class File(NamedTuple):
-    """A data file of the target, as its log names it."""
-
-    #: The path as the log holds it (URI-encoded, relative to the table).
-    path: str
-    size: int
-    #: Its partition values, one per partition column (``''`` read as null).
-    partition: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -86,49 +76,6 @@ class Rewritten:
     added: int
 
 
-class Lost(Exception):
-    """Another commit removed a file the rewrite read, or changed the table's schema,
-    partitioning or protocol, before the rewrite could commit: nothing was committed
-    (its new files are deleted); plan again on a fresh snapshot."""
-
-
-def unreadable(table: DeltaTable) -> list[str]:
-    """The table features whose files the rewrite cannot read as the table's rows
-    (``[]``: none): column mapping, deletion vectors."""
-    found = []
-    mode = table.metadata().configuration.get("delta.columnMapping.mode", "none")
-    if mode.strip().lower() != "none":
-        found.append("columnMapping")
-    protocol = table.protocol()
-    if "deletionVectors" in set(protocol.reader_features or ()) | set(
-        protocol.writer_features or ()
-    ):
-        found.append("deletionVectors")
-    return found
-
-
-def files_of(table: DeltaTable) -> list[File]:
-    """The data files of the snapshot ``table`` holds, in log order. Partition values
-    are compared as the protocol reads them: an empty string is null, whichever way a
-    writer stored it. Files named by an absolute URI (outside the table) are left out."""
-    actions = pa.table(table.get_add_actions(flatten=False))
-    columns = list(table.metadata().partition_columns)
-    paths: list[str] = [str(p) for p in actions.column("path").to_pylist()]
-    sizes: list[int] = [int(n or 0) for n in actions.column("size_bytes").to_pylist()]
-    parts = actions.column("partition").to_pylist() if columns else [None] * actions.num_rows
-    found = []
-    for path, size, part in zip(paths, sizes, parts, strict=True):
-        if "://" in path or path.startswith("/"):
-            continue
-        values = tuple(_null_if_empty((part or {}).get(c)) for c in columns)
-        found.append(File(path, size, values))
-    return found
-
-
-def _null_if_empty(value: Any) -> Any:
-    return None if value == "" else value
-
-
 def rewrite(
     table: DeltaTable,
     files: Sequence[File],
@@ -138,6 +85,7 @@ def rewrite(
     target_size: int,
     metadata: Mapping[str, str],
     z_order_by: Sequence[str] = (),
+    auto: bool = False,
 ) -> Rewritten:
     """Replace ``files`` (of the snapshot ``table`` holds) with new files holding the
     same rows, in one commit of ``dataChange=false`` actions carrying ``metadata``.
@@ -151,9 +99,11 @@ def rewrite(
         target_size: The size new files aim at (bytes).
         metadata: Commit metadata.
         z_order_by: Columns to Z-ORDER the rows of each partition by.
+        auto: An auto compaction (``OPTIMIZE``'s ``auto`` parameter in the history).
 
     Raises:
-        Lost: Another commit removed one of ``files`` (or changed the table) first.
+        Lost: Another commit removed or changed one of ``files`` (or changed the
+            table) first.
     """
     store = _Store(uri, storage_options)
     # Local tables: the scratch sits in the table's directory (hidden from readers and
@@ -176,7 +126,14 @@ def rewrite(
             store.put(os.path.join(scratch, unquote(add["path"])), unquote(add["path"]))
             placed.append(unquote(add["path"]))
         _faults.point("rewrite.before_commit", files=[f.path for f in files])
-        version = _commit(table, files, adds, metadata)
+        version = _commit(
+            table,
+            files,
+            adds,
+            metadata,
+            local_root=store.root if store.local else None,
+            operation_parameters=parameters(auto=auto, z_order_by=z_order_by),
+        )
     except BaseException:
         if placed and not _landed(table, adds):  # a failure after the commit keeps them
             for path in placed:
@@ -276,73 +233,6 @@ def _live_adds(scratch: str) -> list[dict[str, Any]]:
                 elif "remove" in action:
                     live.pop(action["remove"]["path"], None)
     return list(live.values())
-
-
-def _commit(
-    table: DeltaTable,
-    files: Sequence[File],
-    adds: Sequence[Mapping[str, Any]],
-    metadata: Mapping[str, str],
-) -> int:
-    """Commit the swap on exactly the next version of a snapshot that still holds every
-    file of ``files``; the version committed."""
-    stamp = now_ms()
-    actions: list[AddAction | RemoveAction] = [
-        AddAction(
-            path=a["path"],
-            size=int(a["size"]),
-            partition_values=dict(a.get("partitionValues") or {}),
-            modification_time=int(a["modificationTime"]),
-            data_change=False,
-            stats=a.get("stats") or "{}",
-        )
-        for a in adds
-    ]
-    actions += [RemoveAction(f.path, False, stamp, size=f.size) for f in files]
-    props = CommitProperties(custom_metadata=dict(metadata), max_commit_retries=0)
-    columns = list(table.metadata().partition_columns)
-    planned = _shape(table)
-    for _ in range(COMMIT_ATTEMPTS):
-        base = table.version()
-        try:
-            table.create_write_transaction(
-                actions,
-                mode="append",
-                schema=table.schema(),
-                partition_by=columns,
-                commit_properties=props,
-                post_commithook_properties=post_commit_hooks(table),
-            )
-        except CommitFailedError:
-            # Another commit took version base + 1: go on only if it left every file
-            # this rewrite removes, and the table as it was planned on.
-            table.update_incremental()
-            live = {f.path for f in files_of(table)}
-            if _shape(table) != planned or not {f.path for f in files} <= live:
-                raise Lost(
-                    f"files being compacted were removed, or the table changed, at "
-                    f"versions {base + 1}-{table.version()}"
-                ) from None
-            continue
-        table.update_incremental()
-        return base + 1
-    raise Lost(f"{COMMIT_ATTEMPTS} newer commits took the version first")
-
-
-def _shape(table: DeltaTable) -> tuple[str, tuple[str, ...], tuple[Any, ...]]:
-    """What a rewrite planned on must not change under it: the schema, the partition
-    columns and the protocol."""
-    protocol = table.protocol()
-    return (
-        table.schema().to_json(),
-        tuple(table.metadata().partition_columns),
-        (
-            protocol.min_reader_version,
-            protocol.min_writer_version,
-            tuple(sorted(protocol.reader_features or ())),
-            tuple(sorted(protocol.writer_features or ())),
-        ),
-    )
 
 
 class _Store:
