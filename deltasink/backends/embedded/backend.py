@@ -31,6 +31,7 @@ from .audit import Auditor
 from .cache import StagedCache
 from .claims import Claims, foreign_intent
 from .fencing import Fence
+from .generated import check_generated
 from .maintenance import target_history
 from .publish import TargetWriter
 from .schemas import SchemaFit
@@ -185,6 +186,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         data = self._prepare(batch, spec, self._schema_before(version), version)
         self.target.check_writable(data.column_names)
         self.target.check_values(spec)
+        check_generated(self.target.open(fresh=False), data, spec, self.target.uri)
         self.target.check_condition(spec)
         self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)
