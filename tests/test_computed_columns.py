@@ -7,7 +7,9 @@ the rows are compared as Spark and as delta-rs read them, or the engine refuses 
 before anything is staged.
 
 Like :mod:`tests.test_any_writer`, inside the full suite these tests run in the
-delta-spark suite's own process (``CHILD_MODULES``).
+delta-spark suite's own process (``CHILD_MODULES``). ``make test`` keeps three of them
+(the embedded upsert, the spark engine's append, the carried identity refused on both
+engines); ``make test-delta-spark`` runs them all.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from deltalake import DeltaTable
 from deltasink import DeltaSink, MergeSpec
 from deltasink.errors import InvalidInputError, UnsupportedTableFeatureError
 from tests import support
-from tests.test_contract_spark import REASON, delta_spark, sliced
+from tests.test_contract_spark import FULL, REASON, delta_spark, sliced
 
 pytestmark = [
     pytest.mark.jvm,
@@ -140,7 +142,8 @@ def test_a_generated_column_the_batch_omits_is_computed_as_delta_spark_computes_
     assert all(r["g"] == 2 * r["x"] for r in expected)
 
 
-@pytest.mark.parametrize("engine", sliced(["embedded", "spark"], ("embedded",)))
+@FULL
+@pytest.mark.parametrize("engine", ["embedded", "spark"])
 def test_a_generated_column_the_batch_carries_wrong_is_refused_before_staging(
     delta_spark: Any, tmp_path: Path, engine: str
 ) -> None:
@@ -177,6 +180,7 @@ SPARK_ONLY = [
 ]
 
 
+@FULL
 @pytest.mark.parametrize("case", [0, 1], ids=["fractional-division", "date-of-timestamp"])
 def test_a_generated_column_delta_rs_computes_otherwise_is_refused_on_embedded(
     pacific: Any, tmp_path: Path, case: int
@@ -206,7 +210,8 @@ def test_a_generated_column_delta_rs_computes_otherwise_is_refused_on_embedded(
         assert [r["d"] for r in expected] == [dt.date(2024, 1, 1), dt.date(2024, 3, 9)]
 
 
-@pytest.mark.parametrize("mode", sliced(["append", "insert", "upsert"], ("append",)))
+@FULL
+@pytest.mark.parametrize("mode", ["append", "insert", "upsert"])
 def test_a_column_default_the_batch_omits_is_filled_as_delta_spark_fills_it(
     delta_spark: Any, tmp_path: Path, mode: str
 ) -> None:
@@ -222,6 +227,7 @@ def test_a_column_default_the_batch_omits_is_filled_as_delta_spark_fills_it(
     assert {r["k"]: r["n"] for r in expected}[2] == 7
 
 
+@FULL
 def test_the_embedded_engine_refuses_column_defaults_by_name(
     delta_spark: Any, tmp_path: Path
 ) -> None:
@@ -238,7 +244,8 @@ def test_the_embedded_engine_refuses_column_defaults_by_name(
     assert nothing_staged(staging)
 
 
-@pytest.mark.parametrize("mode", sliced(["append", "insert", "upsert"], ("append",)))
+@FULL
+@pytest.mark.parametrize("mode", ["append", "insert", "upsert"])
 def test_an_identity_column_the_batch_omits_is_generated_by_delta(
     delta_spark: Any, tmp_path: Path, mode: str
 ) -> None:
