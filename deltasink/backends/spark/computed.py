@@ -58,13 +58,16 @@ def _logged_fields(spark: Any, tables: Tables) -> list[tuple[str, Mapping[str, A
         location = rows[0]["location"]
     jvm = getattr(spark, "_jvm", None)
     if jvm is not None:
-        try:
-            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-            empty = jvm.scala.Option.empty()
-            schema = json.loads(log.update(False, empty, empty).schema().json())
-            return [(f["name"], f.get("metadata") or {}) for f in schema["fields"]]
-        except Exception:  # another Delta release's signature: delta-rs below
-            pass
+        empty = jvm.scala.Option.empty()
+        for extra in ((empty, empty), (empty,)):  # Delta 4's update(), then Delta 3's
+            try:
+                log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                    spark._jsparkSession, location
+                )
+                schema = json.loads(log.update(False, *extra).schema().json())
+                return [(f["name"], f.get("metadata") or {}) for f in schema["fields"]]
+            except Exception:  # another release's signature: the next, then delta-rs
+                continue
     try:
         from deltalake import DeltaTable
 
