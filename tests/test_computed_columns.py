@@ -278,3 +278,25 @@ def test_an_identity_column_the_batch_carries_is_refused_by_name(
         with pytest.raises(error, match="identity"):
             sink(engine, delta_spark, target, staging, "append").write(rows, 0)
         assert nothing_staged(staging)
+
+
+@FULL
+def test_a_default_set_after_staging_is_the_one_the_commit_fills(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """The definition is read again on the snapshot each commit is made on: a default
+    set between ``pre_commit`` and ``commit`` fills the appended rows, as it fills a
+    plain delta-spark ``INSERT`` made after it."""
+    columns = "k BIGINT, x BIGINT, n INT"
+    target, twin = str(tmp_path / "t"), str(tmp_path / "twin")
+    for path in (target, twin):
+        make(delta_spark, path, columns, "(k, x) VALUES (1, 10)", DEFAULTS)
+    writer = sink("spark", delta_spark, target, str(tmp_path / "s"), "append")
+    writer.pre_commit(KX_ROWS, 0)
+    for path in (target, twin):
+        delta_spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN n SET DEFAULT 7")
+    writer.commit(0)
+    twin_write(delta_spark, twin, KX_ROWS, "append")
+    expected, _ = read_both(delta_spark, twin)
+    assert read_both(delta_spark, target) == (expected, expected)
+    assert [r["n"] for r in expected] == [None, 7, 7]
