@@ -99,3 +99,15 @@ def test_a_generated_column_spark_would_not_write_is_refused_before_staging(
         sink.write(pa.Table.from_pylist([batch], schema), 0)
     assert nothing_staged(staging)
     assert support.table_version(target) == before
+
+
+def test_a_generated_column_beside_deletes_is_computed_for_the_rows_written(
+    tmp_path: Path,
+) -> None:
+    """With ``delete_when``, a deleted row carries no value to check; the written rows
+    get Spark's value."""
+    target = make(tmp_path / "t", ("g", "long", "x * 2"))
+    spec = MergeSpec(keys=["k"], delete_when="x < 0")
+    sink = DeltaSink(target, "app", spec, engine="embedded")
+    sink.write(pa.Table.from_pylist([{"k": 1, "x": -1}, {"k": 2, "x": 30}], KX), 0)
+    assert rows(target) == [{"k": 2, "x": 30, "g": 60}]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from deltasink.backends.deltalog.tables import arrow_schema
@@ -158,6 +159,11 @@ def check_batch(
     if not generated or data.num_rows == 0:
         return
     rows = data.drop_columns([c for c in (DELETE_COLUMN, GUARD_COLUMN) if c in data.column_names])
+    # Computed on every row (the publish computes deletes too), compared on those written.
+    written: pa.ChunkedArray[Any] | None = None
+    if DELETE_COLUMN in data.column_names:
+        flag: pa.ChunkedArray[Any] = data.column(DELETE_COLUMN)
+        written = pc.invert(flag.fill_null(pa.scalar(False)))
     present = {name.lower(): name for name in rows.column_names}
     schema = arrow_schema(table)
     for column in generated:
@@ -181,17 +187,18 @@ def check_batch(
                 table=uri,
                 column=column.name,
             ) from exc
-        spark = spark.cast(column.field.type)
+        spark = _written(spark.cast(column.field.type), written)
         try:
             theirs = _evaluate(inputs, [column.delta_rs]).column(0).cast(column.field.type)
         except Exception as exc:
             raise _refuse(uri, column.name, column.text, f"delta-rs fails on it ({exc})") from exc
-        if not spark.equals(theirs):
+        if not spark.equals(_written(theirs, written)):
             raise _refuse(
                 uri, column.name, column.text, "delta-rs computes other values for this batch"
             )
         carried = present.get(column.name.lower())
-        if carried is not None and not rows.column(carried).cast(column.field.type).equals(spark):
+        given = None if carried is None else rows.column(carried).cast(column.field.type)
+        if given is not None and not _written(given, written).equals(spark):
             raise InvalidInputError(
                 f"the batch carries values for the generated column {column.name} of "
                 f"{uri} other than its expression's ({column.text}): Delta refuses such "
@@ -200,6 +207,11 @@ def check_batch(
                 table=uri,
                 column=column.name,
             )
+
+
+def _written(values: pa.ChunkedArray[Any], written: pa.ChunkedArray[Any] | None) -> Any:
+    """``values`` of the rows written (``written``: the mask; ``None``: every row)."""
+    return values if written is None else values.filter(written)
 
 
 def fill(generated: Sequence[Generated], values: pa.Table, schema: pa.Schema) -> pa.Table:
