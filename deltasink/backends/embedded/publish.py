@@ -35,7 +35,6 @@ from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
 from .compaction import auto_compact, compact_after_commit
 from .features import refuse_unwritable
-from .generated import fill, plan
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
@@ -96,7 +95,6 @@ class TargetWriter(TargetLog):
                 spec.check_columns(columns, table=self.uri)
             return
         refuse_unwritable(table, self.uri)
-        plan(table, self.uri)  # generated columns computed as Spark does, or refused
         auto_compact(table.metadata().configuration, table=self.uri)
         if spec is None:
             self._definition_checked = True
@@ -296,7 +294,6 @@ class TargetWriter(TargetLog):
             table=self.uri,
             non_null_mask=None if flag is None else pc.invert(flag),
         )
-        values = fill(plan(table, self.uri), values, arrow_schema(table))  # Spark's values
         before = self._attempt_base = table.version()
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
         blank = string_partitions(arrow_schema(table), table.metadata().partition_columns)
