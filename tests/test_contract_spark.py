@@ -73,6 +73,7 @@ CHILD_MODULES = (
     "tests/test_any_writer.py",
     "tests/test_table_constraints.py",
     "tests/test_compaction_spark.py",
+    "tests/test_computed_columns.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").

@@ -86,9 +86,11 @@ def judged(
     target_columns: Iterable[str],
     *,
     table: str,
+    generated: Iterable[str] = (),
 ) -> tuple[Constraint, ...]:
     """The constraints a batch with ``batch_columns`` can be judged by (see the module
-    docstring), after refusing a spec whose updates straddle one.
+    docstring), after refusing a spec whose updates straddle one. The ``generated``
+    columns are written with every row (computed from the row's values).
 
     Raises:
         ConfigurationError: An ``upsert`` writes some of a constraint's columns on a
@@ -97,7 +99,9 @@ def judged(
     batch = list(batch_columns)
     history = {c.lower() for c in spec.history_columns or ()} if spec.mode == "scd2" else set()
     keys = {k.lower() for k in spec.keys}
-    written = {c.lower() for c in spec.updated(batch)} if spec.mode == "upsert" else None
+    written = None
+    if spec.mode == "upsert":
+        written = {c.lower() for c in [*spec.updated(batch), *generated]}
     kept = {c.lower() for c in target_columns} - written - keys if written is not None else set()
     out = []
     for constraint in constraints:

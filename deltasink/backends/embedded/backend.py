@@ -32,6 +32,7 @@ from .cache import StagedCache
 from .claims import Claims, foreign_intent
 from .features import without_evolution
 from .fencing import Fence
+from .generated import check_generated
 from .maintenance import target_history
 from .publish import TargetWriter
 from .schemas import SchemaFit
@@ -186,6 +187,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         data = self._prepare(batch, spec, self._schema_before(version), version)
         self.target.check_writable(data.column_names)
         self.target.check_values(spec)
+        check_generated(self.target.open(fresh=False), data, spec, self.target.uri)
         self.target.check_condition(spec)
         table = self.target.open(fresh=False)  # the definition refuses what it never takes
         if table is not None:

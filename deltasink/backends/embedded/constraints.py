@@ -26,6 +26,8 @@ from deltasink.shapes.constraints import Constraint, constraints_of, judged, vio
 from deltasink.shapes.sparksql.fields import translate, types_of
 from deltasink.shapes.spec import MergeSpec
 
+from .generated import Generated, fill, plan
+
 __all__ = ["ConstraintJudge"]
 
 _BATCH = "batch"
@@ -71,8 +73,16 @@ class ConstraintJudge:
             return
         schema = arrow_schema(table)
         columns = [c for c in data.column_names if not c.startswith("_deltasink_")]
-        chosen = judged(constraints, spec, columns, schema.names, table=self.uri)
-        rows = _written_rows(data, schema, chosen)
+        generated = plan(table, self.uri)
+        chosen = judged(
+            constraints,
+            spec,
+            columns,
+            schema.names,
+            table=self.uri,
+            generated=[g.name for g in generated],
+        )
+        rows = _written_rows(data, schema, chosen, generated)
         if chosen and rows.num_rows:
             self._evaluate(chosen, rows, version=versions[-1] if versions else None, app=app_id)
         for v in versions:
@@ -116,12 +126,22 @@ class ConstraintJudge:
         )
 
 
-def _written_rows(data: pa.Table, schema: pa.Schema, constraints: Sequence[Constraint]) -> pa.Table:
+def _written_rows(
+    data: pa.Table,
+    schema: pa.Schema,
+    constraints: Sequence[Constraint],
+    generated: Sequence[Generated],
+) -> pa.Table:
     """The rows a commit of ``data`` writes (deleted ones left out), as the columns the
-    ``constraints`` read: null where the batch lacks a target column."""
+    ``constraints`` read: a generated column the batch lacks computed as the commit
+    computes it (:mod:`.generated`), null for another target column it lacks."""
     if DELETE_COLUMN in data.column_names:
         data = data.filter(pc.invert(data.column(DELETE_COLUMN)))  # never null
+    data = data.drop_columns([c for c in data.column_names if c.startswith("_deltasink_")])
     wanted = set().union(*(c.columns for c in constraints)) if constraints else set()
+    needed = [g for g in generated if g.name.lower() in wanted]
+    if needed and data.num_rows:
+        data = fill(needed, data, schema)
     have = {name.lower(): name for name in data.column_names}
     arrays, fields = [], []
     for f in schema:

@@ -20,6 +20,7 @@ from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, re
 from deltasink.shapes.partitions import blank_as_null
 from deltasink.shapes.spec import MergeMode, MergeSpec
 
+from .generated import fill, plan
 from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
 from .scd2 import merge_history
 
@@ -197,11 +198,25 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
     return metrics
 
 
+def _computed(
+    write: Callable[[ModeBatch], dict[str, Any]],
+) -> Callable[[ModeBatch], dict[str, Any]]:
+    """``write`` of the batch with the target's generated columns it omits computed as
+    Spark computes them, on this attempt's snapshot (:mod:`.generated`: refused by name
+    there when delta-rs would not write Spark's values)."""
+
+    def run(b: ModeBatch) -> dict[str, Any]:
+        generated = plan(b.table, b.uri)
+        return write(b._replace(values=fill(generated, b.values, arrow_schema(b.table))))
+
+    return run
+
+
 #: The writer of each mode.
 WRITE_MODE: dict[MergeMode, Callable[[ModeBatch], dict[str, Any]]] = {
-    "append": _append_mode,
-    "replace": _replace_mode,
-    "scd2": _scd2_mode,
-    "upsert": _merge_mode,
-    "insert": _merge_mode,
+    "append": _computed(_append_mode),
+    "replace": _computed(_replace_mode),
+    "scd2": _computed(_scd2_mode),
+    "upsert": _computed(_merge_mode),
+    "insert": _computed(_merge_mode),
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from deltasink.input.sql import DELETE_COLUMN, quote
+from deltasink.shapes.computed import Computed, parse_expression
 from deltasink.shapes.constraints import constraints_of, judged, violation
 from deltasink.shapes.predicates import render
 from deltasink.shapes.spec import MergeSpec
@@ -25,6 +26,7 @@ def check_constraints(
     spec: MergeSpec,
     target: Any | None,
     properties: dict[str, str],
+    computed: tuple[Computed, ...] = (),
     *,
     table: str,
     version: int,
@@ -33,6 +35,9 @@ def check_constraints(
     """Judge the prepared batch ``frame`` (its data ``columns``, with deltasink's delete
     flag where ``delete_when`` applies) by the constraints among the target's
     ``properties``; ``target`` is the target as a DataFrame (``None``: not created yet).
+    A column the batch omits is judged as the commit writes it: a generated column's or
+    a default's expression evaluated by Spark, else null; a constraint over an identity
+    column the batch omits is left to the commit's own check (its value is Delta's).
 
     Raises:
         ConstraintViolationError: A row breaks a constraint.
@@ -42,20 +47,26 @@ def check_constraints(
     if target is None or not constraints:
         return
     fields = target.schema.fields
-    chosen = judged(constraints, spec, columns, [f.name for f in fields], table=table)
+    generated = [c.name for c in computed if c.kind == "generated"]
+    names = [f.name for f in fields]
+    chosen = judged(constraints, spec, columns, names, table=table, generated=generated)
+    have = {c.lower() for c in frame.columns}
+    by_name = {c.name.lower(): c for c in computed}
+    unknown = {n for n, c in by_name.items() if c.kind == "identity" and n not in have}
+    chosen = tuple(c for c in chosen if not c.columns & unknown)
     if not chosen:
         return
     if DELETE_COLUMN in frame.columns:
         frame = frame.where(f"NOT coalesce({quote(DELETE_COLUMN)}, false)")
-    have = {c.lower() for c in frame.columns}
     wanted = set().union(*(c.columns for c in chosen))
-    nulls = [  # what an insert writes where the batch has no value
-        f"CAST(NULL AS {ddl_type(f.dataType)}) AS {quote(f.name)}"
+    absent = [  # what an insert writes where the batch has no value
+        f"CAST(({_written(by_name.get(f.name.lower()), f.name)}) AS {ddl_type(f.dataType)}) "
+        f"AS {quote(f.name)}"
         for f in fields
         if f.name.lower() in wanted and f.name.lower() not in have
     ]
-    if nulls:
-        frame = frame.selectExpr("*", *nulls)
+    if absent:
+        frame = frame.selectExpr("*", *absent)
     sums = [
         f"CAST(coalesce(sum(CASE WHEN coalesce(({render(c.expression, 'spark', c.what)}), false) "
         f"THEN 0 ELSE 1 END), 0) AS BIGINT) AS c{i}"
@@ -67,3 +78,11 @@ def check_constraints(
             raise violation(
                 constraint, int(row[f"c{i}"]), table=table, version=version, app_id=app_id
             )
+
+
+def _written(column: Computed | None, name: str) -> str:
+    """What a commit writes into the column ``name`` that a batch omits: its generated
+    expression or default (re-emitted from its parse), else null."""
+    if column is None or column.expression is None:
+        return "NULL"
+    return parse_expression(column.expression, name).sql(dialect="spark", comments=False)

@@ -25,10 +25,12 @@ from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.ops.history import history_from_commits, user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
+from deltasink.shapes.computed import refuse_carried_identity
 from deltasink.shapes.merge import replace_predicate
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec, check_definition
 
+from .computed import computed_of, write_select
 from .conf import delta_txn
 from .definition import create_target, read_definition, string_partitions
 from .errors import is_conflict
@@ -38,7 +40,7 @@ from .prune import key_prune
 from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
 from .sources import guarded, merge_sql, source_sql
-from .tables import Tables, fill_select, struct
+from .tables import Tables, struct
 from .validate import PreparedFrame
 
 __all__ = ["TargetWriter", "Unstaged"]
@@ -262,6 +264,8 @@ class TargetWriter:
         source = source_sql(relation, versions, columns, spec)
         spark = self._sql.session() if unstaged is None else unstaged.session
         target = self._logs.target_frame(spark)  # one session per statement
+        computed = computed_of(spark, t, target)  # on the snapshot the commit is made on
+        refuse_carried_identity(computed, columns, table=t.target)
         _faults.point("publish.before_target_commit", versions=list(versions))
         history, blank = None, list[str]()
         if spec.mode == "scd2":  # the changes to the target's history, merged below
@@ -285,7 +289,7 @@ class TargetWriter:
                 spark.catalog.dropTempView(view)
         elif target is not None and spec.mode == "replace":
             frame = spark.sql(source)
-            select = fill_select(target.schema.fields, frame.columns)
+            select = write_select(target.schema.fields, frame.columns, computed)
             select += [quote(c) for c in frame.columns if c not in set(target.columns)]
             distinct = (
                 spark_arrow(frame.select(*spec.replace_by).distinct())
@@ -314,8 +318,8 @@ class TargetWriter:
             options = {"mergeSchema": "true"} if spec.schema_evolution else {}
             if target is None and self.table_spec is not None:
                 create_target(self._sql, t, frame.schema, self.table_spec)
-            if target is not None:  # every target column, NULL where the batch has none
-                select = fill_select(target.schema.fields, frame.columns)
+            if target is not None:  # every target column: its default, or NULL, or computed
+                select = write_select(target.schema.fields, frame.columns, computed)
                 select += [quote(c) for c in frame.columns if c not in set(target.columns)]
                 frame = frame.selectExpr(*select)
             self._last_look(versions)

@@ -17,6 +17,7 @@ from deltasink.input.arrow import spark_empty
 from deltasink.shapes.partitions import string_partitions as blank_columns
 from deltasink.shapes.spec import MergeSpec
 
+from .computed import check_computed, computed_of
 from .constraints import check_constraints
 from .definition import string_partitions
 from .logs import SparkLogs
@@ -74,6 +75,8 @@ class SchemaFit:
                 exc, expected.pending, table=self.target, app_id=self.app_id, version=version
             ) from exc
         check_condition(spec, target, table=self.target)
+        computed = computed_of(self._sql.session(), self._target_writer.tables, target)
+        check_computed(prepared.frame, prepared.columns, computed, target, spec, table=self.target)
         self._validate_checks(prepared)
         self._target_writer.check_definition(prepared.columns)
         if target is not None:  # rows the table's definition would refuse at commit
@@ -84,6 +87,7 @@ class SchemaFit:
                 spec,
                 target,
                 props,
+                computed,
                 table=self.target,
                 version=version,
                 app_id=self.app_id,
