@@ -252,3 +252,27 @@ def test_schema_evolution_on_a_column_mapped_target(
     finally:
         delta_spark.sql("SET spark.databricks.delta.schema.autoMerge.enabled = false")
     assert read_both(delta_spark, target) == read_both(delta_spark, twin)
+
+
+@pytest.mark.parametrize("engine", sliced(["embedded", "spark"], ("embedded",)))
+def test_a_constraint_over_a_generated_column_judges_the_value_the_commit_computes(
+    delta_spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """``g BIGINT GENERATED ALWAYS AS (x * 2)`` with ``CHECK (g < 10)``, batches without
+    ``g``: ``x = 7`` (``g = 14``) is refused by name before staging, ``x = 3`` and then
+    an upsert of the same key to ``x = 4`` are written as plain delta-spark writes them
+    (the constraint judged on the computed ``g``, not on a missing one)."""
+    target, twin = str(tmp_path / "t"), str(tmp_path / "twin")
+    ddl = "id BIGINT, x BIGINT, g BIGINT GENERATED ALWAYS AS (x * 2)"
+    for t in (target, twin):
+        make_table(delta_spark, t, ddl, constraint="g < 10")
+    schema = pa.schema([("id", pa.int64()), ("x", pa.int64())])
+    s = sink(engine, delta_spark, target, SPECS["upsert"])
+    with pytest.raises(ConstraintViolationError, match=r"CHECK constraint c \(g < 10\)"):
+        s.write(frame(engine, delta_spark, [{"id": 1, "x": 3}, {"id": 2, "x": 7}], schema), 0)
+    nothing_staged(s)
+    s.write(frame(engine, delta_spark, [{"id": 1, "x": 3}], schema), 0)
+    s.write(frame(engine, delta_spark, [{"id": 1, "x": 4}, {"id": 2, "x": 1}], schema), 1)
+    delta_spark.sql(f"INSERT INTO delta.`{twin}` (id, x) VALUES (1, 4), (2, 1)")
+    assert read_both(delta_spark, target) == read_both(delta_spark, twin)
+    assert read_both(delta_spark, target)[0] == [(1, 4, 8), (2, 1, 2)]
