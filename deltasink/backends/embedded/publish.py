@@ -38,6 +38,7 @@ from .features import refuse_unwritable
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
+from .zones import restamp
 
 __all__ = ["TargetWriter"]
 
@@ -237,6 +238,8 @@ class TargetWriter(TargetLog):
                 recorder.changed(*changes)
         table = self.open(fresh=False) if result.outcome == "committed" else None
         if table is not None:
+            if result.target_version is not None:  # TIMESTAMP partition values: UTC
+                restamp(table, result.target_version)
             compact_after_commit(
                 table,
                 uri=self.uri,
