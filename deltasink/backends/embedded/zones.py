@@ -32,7 +32,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction
 
-from deltasink import __version__
+from deltasink._version import __version__
 from deltasink.backends.deltalog.commits import post_commit_hooks
 from deltasink.backends.deltalog.history import commit_actions
 from deltasink.backends.deltalog.tables import arrow_schema
