@@ -38,7 +38,7 @@ from .features import refuse_unwritable
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
-from .zones import restamp
+from .zones import restamp_after
 
 __all__ = ["TargetWriter"]
 
@@ -236,10 +236,9 @@ class TargetWriter(TargetLog):
             changes = self.changes(result.target_version)
             if changes is not None:
                 recorder.changed(*changes)
+        restamp_after(self, result, app_id)  # TIMESTAMP partition values: UTC (.zones)
         table = self.open(fresh=False) if result.outcome == "committed" else None
         if table is not None:
-            if result.target_version is not None:  # TIMESTAMP partition values: UTC
-                restamp(table, result.target_version)
             compact_after_commit(
                 table,
                 uri=self.uri,

@@ -13,8 +13,9 @@ delta-rs offers no option for it and commits its MERGE, overwrite and append its
 so :func:`restamp` follows such a commit with one of its own: the commit's files added
 again (same paths, sizes and statistics, ``dataChange=false``: no row changes, so
 streams and change feeds skip it) with their partition values in the UTC form. Until it
-lands (it follows at once; a crash in between leaves the zone-less values, which
-delta-rs still reads right), a Spark reader outside UTC sees those files' hours off.
+lands (it follows at once; after a crash in between, the app's next publish in a new
+process restamps it), a Spark reader outside UTC sees those files' hours off (delta-rs
+reads either form right).
 The log records a file's path URI-encoded (over the partition directory's own escapes);
 delta-rs encodes the path it is given, so each is handed over decoded exactly once.
 """
@@ -34,17 +35,26 @@ from deltalake.transaction import AddAction
 
 from deltasink._version import __version__
 from deltasink.backends.deltalog.commits import post_commit_hooks
-from deltasink.backends.deltalog.history import commit_actions
+from deltasink.backends.deltalog.history import commit_actions, commits
 from deltasink.backends.deltalog.tables import arrow_schema
+from deltasink.backends.deltalog.target import TargetLog
+from deltasink.core.protocol import CommitResult
+from deltasink.ops.history import commit_app
 
 from .rewrite import files_of
 
-__all__ = ["RESTAMP", "restamp", "timestamp_partitions", "utc_value"]
+__all__ = ["RESTAMP", "restamp", "restamp_after", "timestamp_partitions", "utc_value"]
 
 logger = logging.getLogger("deltasink")
 
 #: The ``deltasink.operation`` of the commit that records the UTC form.
 RESTAMP = "utcPartitionValues"
+OPERATION = "deltasink.operation"
+#: How many of the latest commits a writer process looks through once for its app's
+#: commits left zone-less (:func:`restamp_after`).
+_SWEEP = 64
+#: ``(target, app id)`` swept in this process.
+_swept: set[tuple[str, str]] = set()
 #: Attempts of that commit when others commit first (its files checked each time).
 _ATTEMPTS = 8
 #: A zone-less timestamp partition value (delta-rs's, and the protocol's first form).
@@ -73,6 +83,45 @@ def utc_value(text: str | None) -> str | None:
     return f"{year}-{month}-{day}T{hour}:{minute}:{second}.{digits}Z"
 
 
+def restamp_after(log: TargetLog, result: CommitResult, app_id: str) -> None:
+    """After a publish of ``app_id`` into the target ``log`` reads (a target with a
+    ``TIMESTAMP`` partition column only): the commit it made is restamped
+    (:func:`restamp`); and once per writer process, the app's earlier commits among the
+    latest :data:`_SWEEP` that no restamp followed (a crash may have come between a
+    commit and its restamp; the recovery that follows writes nothing): one commit file
+    read each, a commit only where values are still zone-less. Never raises (the
+    publish landed): a failure is logged."""
+    try:
+        _restamp_after(log, result, app_id)
+    except Exception as exc:  # the publish landed: report, never fail it afterwards
+        logger.warning(
+            "deltasink: the UTC form of the TIMESTAMP partition values of %s could not be "
+            "recorded after a publish of %s (Spark outside UTC reads those files' hours "
+            "off until the app's next publish in a new process): %s",
+            log.uri,
+            app_id,
+            exc,
+        )
+
+
+def _restamp_after(log: TargetLog, result: CommitResult, app_id: str) -> None:
+    table = log.open(fresh=False)
+    if table is None or not timestamp_partitions(table):
+        return
+    if result.outcome == "committed" and result.target_version is not None:
+        restamp(table, result.target_version)
+    key = (log.uri, app_id)
+    if key in _swept or result.outcome not in ("committed", "already_committed"):
+        return
+    _swept.add(key)
+    history = list(commits(table, _SWEEP))
+    done = {c.get("deltasink.ofVersion") for c in history if c.get(OPERATION) == RESTAMP}
+    for info in history:
+        version = info["version"]
+        if commit_app(info) == app_id and version not in done and version != result.target_version:
+            restamp(table, version)
+
+
 def restamp(table: DeltaTable, version: int) -> int | None:
     """After deltasink's delta-rs commit ``version`` of ``table`` (the latest snapshot
     ``table`` holds, or older), record its added files' zone-less ``TIMESTAMP``
@@ -90,7 +139,7 @@ def restamp(table: DeltaTable, version: int) -> int | None:
         return None
     props = CommitProperties(
         custom_metadata={
-            "deltasink.operation": RESTAMP,
+            OPERATION: RESTAMP,
             "deltasink.libraryVersion": __version__,
             "deltasink.ofVersion": version,
         },
