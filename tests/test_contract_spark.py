@@ -74,6 +74,7 @@ CHILD_MODULES = (
     "tests/test_table_constraints.py",
     "tests/test_compaction_spark.py",
     "tests/test_computed_columns.py",
+    "tests/test_timestamps_jvm.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").

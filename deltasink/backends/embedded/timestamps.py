@@ -11,14 +11,20 @@ error (``0001-01-01`` becomes ``1754-08-30 22:43:41.128655``); SCD2 end dates su
 
 So before a write that may rewrite target files, :class:`Int96Guard` finds the files
 that may hold such values and refuses the write by name
-(:class:`~deltasink.errors.UnsupportedTableFeatureError`, nothing written): a file is
-suspect when a timestamp column's statistics in the Delta log reach outside the range
-(or are missing); its Parquet footer then tells whether it stores INT96, and, without
-statistics, its values are read (as microseconds, exactly). INT64 timestamps (the
-protocol's, which delta-rs and the spark engine write) hold every instant from 0001 to
-9999 and pass. Verdicts are kept per file (files never change) and per clean table
-version, so a steady writer reads only the log's statistics, once per target version,
-for a target with timestamp columns.
+(:class:`~deltasink.errors.UnsupportedTableFeatureError`, nothing written) only when one
+does. A file is suspect when a timestamp column's statistics in the Delta log reach
+outside the range or are missing, and every file is when some timestamp has no
+statistics at all: inside an array or a map (Delta keeps none there), or a column the
+table's statistics leave out (``delta.dataSkippingNumIndexedCols``, 32 columns by
+default, or ``delta.dataSkippingStatsColumns``). A suspect file's Parquet footer then
+tells whether it stores INT96, and if it does, its INT96 columns are read (as
+microseconds, exactly; nested values too) and it is refused only if a value lies
+outside. Partition columns do not count: their values are the log's (Spark 4 also
+stores them in its files, as INT96, but delta-rs reads the log's). INT64 timestamps
+(the protocol's, which delta-rs and the spark engine write) hold every instant from
+0001 to 9999 and pass. Verdicts are kept per file (files never change) and per clean
+table version, so a steady writer reads only the log's statistics, once per target
+version, and each file's footer at most once.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,8 +78,10 @@ class Int96Guard:
         self._clean: tuple[str, int] | None = None
 
     def concerns(self, table: DeltaTable) -> bool:
-        """Whether ``table``'s schema has a timestamp (only then can a file hold INT96)."""
-        return any(_has_timestamp(field.type) for field in arrow_schema(table))
+        """Whether ``table``'s schema has a timestamp outside its partition columns (only
+        then can a file hold INT96 values delta-rs reads)."""
+        leaves, hidden = _timestamp_leaves(table)
+        return bool(leaves) or hidden
 
     def check(self, table: DeltaTable) -> None:
         """Refuse a write that may rewrite a file of ``table`` holding INT96 timestamps
@@ -84,10 +93,13 @@ class Int96Guard:
         snapshot = (str(table.metadata().id), table.version())
         if snapshot == self._clean:
             return
-        if not any(_has_timestamp(field.type) for field in arrow_schema(table)):
+        leaves, hidden = _timestamp_leaves(table)
+        if not leaves and not hidden:
             return
+        partitions = frozenset(c.lower() for c in table.metadata().partition_columns)
         actions = pa.table(table.get_add_actions(flatten=True))
-        bad = [path for path in self._suspects(actions) if self._holds_wrapped(path)]
+        suspects = self._suspects(actions, leaves, hidden)
+        bad = [path for path in suspects if self._holds_wrapped(path, partitions)]
         if not bad:
             self._clean = snapshot
         else:
@@ -104,20 +116,21 @@ class Int96Guard:
                 features=[INT96_FEATURE],
             )
 
-    def _suspects(self, actions: pa.Table) -> list[str]:
-        """The files whose timestamp statistics reach outside [:data:`LOW`,
-        :data:`HIGH`] or are missing for non-null values, and the files judged bad
-        before (files judged good are not read again)."""
-        columns = [
-            name[4:]
-            for name in actions.column_names
-            if name.startswith("min.") and pa.types.is_timestamp(actions.schema.field(name).type)
-        ]
-        suspect: Any = pa.array([not columns] * actions.num_rows, pa.bool_())  # none: unknown
+    def _suspects(self, actions: pa.Table, leaves: list[str], hidden: bool) -> list[str]:
+        """The files whose statistics of the timestamp columns ``leaves`` reach outside
+        [:data:`LOW`, :data:`HIGH`] or are missing for non-null values (every file when
+        a timestamp has no statistics: ``hidden`` ones, or a leaf the log's statistics
+        leave out), and the files judged bad before (files judged good are not read
+        again)."""
+        paths = [str(p) for p in actions.column("path").to_pylist()]
+        names = set(actions.column_names)
+        if hidden or any(f"min.{leaf}" not in names for leaf in leaves):
+            return [p for p in paths if self._verdicts.get(p, True)]
+        suspect: Any = pa.array([False] * actions.num_rows, pa.bool_())
         records: Any = (
             actions.column("num_records") if "num_records" in actions.column_names else None
         )
-        for column in columns:
+        for column in leaves:
             low: Any = actions.column(f"min.{column}")
             high: Any = (
                 actions.column(f"max.{column}") if f"max.{column}" in actions.column_names else low
@@ -131,24 +144,27 @@ class Int96Guard:
                 unknown = pc.and_(unknown, pc.not_equal(actions.column(count), records))
             suspect = pc.or_(suspect, pc.fill_null(pc.or_(outside, unknown), True))
         flagged = suspect.to_pylist()
-        paths = [str(p) for p in actions.column("path").to_pylist()]
         return [p for p, s in zip(paths, flagged, strict=True) if self._verdicts.get(p, bool(s))]
 
-    def _holds_wrapped(self, path: str) -> bool:
-        """Whether the file at ``path`` stores INT96 values outside the range."""
+    def _holds_wrapped(self, path: str, partitions: frozenset[str]) -> bool:
+        """Whether the file at ``path`` stores INT96 values outside the range (outside
+        the ``partitions`` columns, lower case)."""
         verdict = self._verdicts.get(path)
         if verdict is None:
-            verdict = self._verdicts[path] = self._read_verdict(path)
+            verdict = self._verdicts[path] = self._read_verdict(path, partitions)
         return verdict
 
-    def _read_verdict(self, path: str) -> bool:
-        with self._filesystem().open_input_file(path) as source:
+    def _read_verdict(self, path: str, partitions: frozenset[str]) -> bool:
+        # The log's paths are URI-encoded (a partition directory's escapes, escaped once
+        # more): the file's name is the path decoded exactly once.
+        with self._filesystem().open_input_file(unquote(path)) as source:
             parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
             int96 = sorted(
                 {
                     parquet.schema.column(i).path.split(".")[0]
                     for i in range(parquet.metadata.num_columns)
                     if parquet.schema.column(i).physical_type == "INT96"
+                    and parquet.schema.column(i).path.split(".")[0].lower() not in partitions
                 }
             )
             if not int96:
@@ -163,6 +179,30 @@ class Int96Guard:
             else:
                 self._fs = pafs.PyFileSystem(DeltaStorageHandler(self.uri, self._options))
         return self._fs
+
+
+def _timestamp_leaves(table: DeltaTable) -> tuple[list[str], bool]:
+    """The timestamp columns of ``table`` outside its partition columns that Delta
+    statistics can describe (dotted paths through structs, as delta-rs flattens them),
+    and whether a timestamp sits where no statistics reach (in an array or a map)."""
+    partitions = {c.lower() for c in table.metadata().partition_columns}
+    leaves: list[str] = []
+    hidden = False
+
+    def walk(prefix: str, kind: pa.DataType) -> None:
+        nonlocal hidden
+        if pa.types.is_timestamp(kind):
+            leaves.append(prefix)
+        elif pa.types.is_struct(kind):
+            for i in range(kind.num_fields):
+                walk(f"{prefix}.{kind.field(i).name}", kind.field(i).type)
+        elif _has_timestamp(kind):  # a list or a map holding one
+            hidden = True
+
+    for field in arrow_schema(table):
+        if field.name.lower() not in partitions:
+            walk(field.name, field.type)
+    return leaves, hidden
 
 
 def _has_timestamp(kind: pa.DataType) -> bool:
