@@ -46,7 +46,8 @@ test-generated: $(STAMP)
 # per core: the suite on one classic JVM session, and the two tests that start JVMs of
 # their own (whose output follows). docs/reliability.md has the times.
 DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
-	tests/test_any_writer.py
+	tests/test_any_writer.py tests/test_table_constraints.py tests/test_compaction_spark.py \
+	tests/test_computed_columns.py tests/test_timestamps_jvm.py
 DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py \
 	tests/test_streaming_jvm.py tests/test_jobs.py tests/test_cli.py
 

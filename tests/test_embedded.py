@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -349,18 +350,16 @@ def live_partition_values(target: str) -> list[dict[str, Any]]:
     return list(live.values())
 
 
-def test_timestamp_partition_values_are_recorded_in_the_utc_form(
-    target: str, monkeypatch: pytest.MonkeyPatch
+def test_a_timestamp_partition_column_is_refused_by_name_before_anything_is_staged(
+    target: str, tmp_path: Path
 ) -> None:
-    """The embedded engine's commits record a ``TIMESTAMP`` partition value in the
-    protocol's UTC form (delta-rs alone records the zone-less UTC wall clock, which
-    Spark reads in its session zone), a ``TIMESTAMP_NTZ`` one zone-less; delta-rs reads
-    back the values written (issue 43, item 5; Spark: tests/test_timestamps_jvm.py)."""
-    import contextlib
+    """delta-rs records a ``TIMESTAMP`` partition value without a zone, which Spark reads
+    in its session zone: a target partitioned by one (existing, or one a ``TableSpec``
+    would create) is refused by name, nothing staged; ``TIMESTAMP_NTZ`` (zone-less by
+    definition) is written (issue 43, item 5; with Spark: tests/test_timestamps_jvm.py)."""
+    from deltalake import write_deltalake
 
-    from deltasink import TableSpec
-    from deltasink._faults import armed
-    from deltasink.backends.embedded import zones
+    from deltasink import TableSpec, UnsupportedTableFeatureError
 
     schema = pa.schema(
         [("id", pa.int64()), ("ts", pa.timestamp("us", "UTC")), ("ntz", pa.timestamp("us"))]
@@ -370,26 +369,30 @@ def test_timestamp_partition_values_are_recorded_in_the_utc_form(
         {"id": 1, "ts": dt.datetime(1, 1, 1, tzinfo=utc), "ntz": dt.datetime(1, 1, 1)},
         {"id": 2, "ts": dt.datetime(2024, 11, 3, 8, 30, 0, 1, tzinfo=utc), "ntz": None},
     ]
+    batch = pa.Table.from_pylist(rows, schema)
     layout = TableSpec(partition_by=["ts", "ntz"])
-    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]), table=layout)
-    sink.write(pa.Table.from_pylist(rows, schema), 0)
+    creating = DeltaSink(target, "a", MergeSpec(keys=["id"]), table=layout)
+    with pytest.raises(UnsupportedTableFeatureError, match=r"would partition by the TIMESTAMP"):
+        creating.write(batch, 0)
+    assert not support.exists(target)
+    assert creating.status().pending_versions == []
+    existing = str(tmp_path / "existing")
+    write_deltalake(existing, batch, partition_by=["ts"])
+    sink = DeltaSink(existing, "a", MergeSpec(keys=["id"]))
+    with pytest.raises(UnsupportedTableFeatureError, match="engine='spark'") as info:
+        sink.pre_commit(batch, 0)
+    assert info.value.features == ["timestampPartitionColumn"]
+    assert sink.status().pending_versions == []
+    assert support.table_version(existing) == 0
+    ntz = DeltaSink(target, "a", MergeSpec(keys=["id"]), table=TableSpec(partition_by=["ntz"]))
+    ntz.write(batch, 0)
     rows[1]["ntz"] = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
-    sink.pre_commit(pa.Table.from_pylist(rows[1:], schema), 1)
-    # a crash between the data commit and the one recording the UTC form: the app's
-    # next publish in a new process records it (the recovery writes nothing)
-    with contextlib.suppress(Exception), armed("publish.after_target_commit", "raise"):
-        sink.commit(1)
-    assert any(" " in v["ts"] for v in live_partition_values(target))
-    monkeypatch.setattr(zones, "_swept", set())  # a new process
-    again = DeltaSink(target, "a", MergeSpec(keys=["id"]), table=layout)
-    again.recover()
-    again.write(pa.Table.from_pylist(rows[:1], schema), 2)
-    live = live_partition_values(target)
-    assert sorted((v["ts"], v["ntz"]) for v in live) == [
-        ("0001-01-01T00:00:00.000000Z", "0001-01-01 00:00:00.000000"),
-        ("2024-11-03T08:30:00.000001Z", "9999-12-31 23:59:59.999999"),
-    ]
+    ntz.write(pa.Table.from_pylist(rows[1:], schema), 1)
     assert support.rows(target) == rows
+    assert sorted(v["ntz"] for v in live_partition_values(target)) == [
+        "0001-01-01 00:00:00.000000",
+        "9999-12-31 23:59:59.999999",
+    ]
 
 
 def test_int96_in_an_array_beside_indexed_timestamps_is_read_not_trusted(target: str) -> None:

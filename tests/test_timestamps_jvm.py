@@ -5,9 +5,11 @@ and 5), proven against delta-spark on tables it made in ``America/Los_Angeles``.
   an array; a column beyond the statistics columns) are read from the files: a write
   that would rewrite such a file is refused by name only when a value lies outside
   1677-2262, and otherwise every value survives exactly.
-- ``TIMESTAMP`` partition values the embedded engine writes are recorded in the
-  protocol's UTC form (``TIMESTAMP_NTZ`` zone-less), so Spark in any session zone and
-  delta-rs read the instant written; files under escaped partition directories open.
+- A ``TIMESTAMP`` partition column is refused by name by the embedded engine (delta-rs
+  records its values without a zone, which Spark reads in its session zone) and written
+  by the spark engine in the protocol's UTC form; ``TIMESTAMP_NTZ`` partition values
+  (zone-less) are read alike by Spark in any session zone and delta-rs; files under
+  escaped partition directories open.
 
 Every test runs on the delta-spark suite's classic session (the ``delta_spark``
 fixture, UTC), its session zone set to Los Angeles for the table making and back
@@ -102,7 +104,6 @@ def hidden_table(spark: Any, target: str, shape: str) -> None:
 
 def spark_rows(spark: Any, target: str) -> list[tuple[Any, ...]]:
     """``(id, the table's other columns as text, v)`` as delta-spark reads them, in UTC."""
-    # SQL text only: no PySpark Column objects (see ``read_parts``)
     with zone(spark, "UTC"):
         columns = spark.read.format("delta").load(target).columns
         stamp = "map('timestampFormat', 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
@@ -137,7 +138,6 @@ def outside_rows(spark: Any, target: str, shape: str) -> None:
 
 MODES = {
     "upsert": MergeSpec(keys=["id"]),
-    "delete_when": MergeSpec(keys=["id"], delete_when="v = 'DEL'"),
     "replace": MergeSpec(mode="replace", replace_by=["id"]),
 }
 
@@ -176,7 +176,7 @@ def test_int96_timestamps_statistics_cannot_show_survive_or_are_refused_by_name(
 def test_every_mode_that_rewrites_files_refuses_hidden_int96_outside_the_range(
     delta_spark: Any, tmp_path: Path, mode: str
 ) -> None:
-    """``upsert``, ``delete_when`` and ``replace`` rewrite the file of the row they touch:
+    """``upsert`` and ``replace`` rewrite the file of the row they touch:
     each is refused by name when a timestamp in an array of a Spark file holds
     0001-01-01, nothing written; the values read back exactly in Spark."""
     from deltasink.backends.deltalog.tables import arrow_schema
@@ -204,6 +204,15 @@ FIRST = [
     (1, "2024-01-01 20:00:00", "2024-01-01 12:00:00"),
     (2, "0001-01-01 00:00:00", "0001-01-01 00:00:00"),
     (3, "9999-12-31 23:59:59.999999", "9999-12-31 23:59:59.999999"),
+    (4, "2024-03-10 10:30:00.000001", "2024-03-10 03:30:00.000001"),
+]
+#: As :data:`FIRST` for a table partitioned by ``ntz`` alone, where ``ts`` is a data
+#: column Spark stores as INT96: its values within 1677-2262, which the embedded engine
+#: rewrites exactly (outside, the INT96 guard refuses the write by name).
+FIRST_NTZ = [
+    (1, "2024-01-01 20:00:00", "2024-01-01 12:00:00"),
+    (2, "1700-01-01 00:00:00", "0001-01-01 00:00:00"),
+    (3, "2262-01-01 23:59:59.999999", "9999-12-31 23:59:59.999999"),
     (4, "2024-03-10 10:30:00.000001", "2024-03-10 03:30:00.000001"),
 ]
 # Not 02:30 for ``ntz`` on 2024-03-10: delta-spark 4.4 itself reads that zone-less
@@ -264,9 +273,6 @@ def read_parts(spark: Any, target: str) -> dict[str, list[tuple[Any, ...]]]:
     found = {}
     for name in (LA, "UTC"):
         with zone(spark, name):
-            # SQL text only: after an embedded write with ``delete_when`` in this
-            # process, PySpark refused its own Column objects (``orderBy("id")``:
-            # "should be Column or str, got Column")
             text = "date_format(ntz, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
             query = f"SELECT id, unix_micros(ts), {text}, v FROM delta.`{target}`"
             found[name] = sorted(tuple(r) for r in spark.sql(query).collect())
@@ -299,56 +305,125 @@ def recorded_ts(target: str) -> list[str]:
     return sorted(live.values())
 
 
+#: The modes that write files (``delete_when`` left out: on Arrow input the embedded
+#: engine evaluates it on its Sail session, a Spark Connect one, which this process's
+#: classic session cannot share).
 PART_MODES = {
     "upsert": MergeSpec(keys=["id"]),
     "append": MergeSpec(mode="append"),
-    "delete_when": MergeSpec(keys=["id"], delete_when="v = 'DEL'"),
     "replace": MergeSpec(mode="replace", replace_by=["id"]),
 }
 
 
+def spark_batch(spark: Any, rows: list[tuple[int, str, str]], note: str) -> Any:
+    """``rows`` as a Spark DataFrame of :data:`PARTS`'s columns, from SQL literals (an
+    Arrow table in a Los Angeles session loses the repeated hour of the night summer
+    time ends, in PySpark's own conversion)."""
+    return spark.sql(
+        " UNION ALL ".join(
+            f"SELECT {i}L AS id, TIMESTAMP'{t}Z' AS ts, TIMESTAMP_NTZ'{n}' AS ntz, "
+            f"'{note}' AS v, CAST(NULL AS ARRAY<TIMESTAMP>) AS h"
+            for i, t, n in rows
+        )
+    )
+
+
+def spark_ntz_table(spark: Any, target: str) -> None:
+    """As :func:`spark_parts_table`, partitioned by ``ntz`` alone (rows :data:`FIRST_NTZ`)."""
+    rows = " UNION ALL ".join(
+        f"SELECT {i}L AS id, TIMESTAMP'{t}Z' AS ts, TIMESTAMP_NTZ'{n}' AS ntz, 'a' AS v, "
+        "array(TIMESTAMP'2020-01-01 00:00:00Z') AS h"
+        for i, t, n in FIRST_NTZ
+    )
+    with zone(spark, LA):
+        spark.sql(rows).write.format("delta").partitionBy("ntz").save(target)
+
+
+def nothing_staged(sink: DeltaSink) -> None:
+    status = sink.status()
+    assert status.pending_versions == []
+    assert support.staged_files_on_disk(status.staging) == []
+
+
 @pytest.mark.parametrize("mode", sliced(list(PART_MODES), ("upsert",)))
-def test_timestamp_partition_values_read_alike_in_any_session_zone(
+def test_a_timestamp_partitioned_target_is_refused_by_the_embedded_engine_and_written_by_spark(
     delta_spark: Any, tmp_path: Path, mode: str
 ) -> None:
     """A table delta-spark partitioned by ``ts TIMESTAMP, ntz TIMESTAMP_NTZ`` in Los
-    Angeles (URI-escaped partition directories): the embedded engine writes into it
-    (no StorageError opening those files), and Spark in Los Angeles, Spark in UTC and
-    delta-rs read every instant and wall clock exactly as written; every ``ts`` value
-    the log records is in the UTC form."""
+    Angeles (URI-escaped partition directories): delta-rs would record ``ts`` without a
+    zone, which Spark reads in its session zone (hours off in Los Angeles), so the
+    embedded engine refuses it by name before anything is staged, the target
+    untouched; the spark engine writes the same batch, and Spark in Los Angeles, Spark in
+    UTC and delta-rs read every instant and wall clock exactly as written, every ``ts``
+    value recorded in the UTC form."""
     target = str(tmp_path / "t")
     spark_parts_table(delta_spark, target)
     assert read_parts(delta_spark, target)[LA] == expected_parts((FIRST, "a"))
     rows = SECOND if mode != "append" else SECOND[1:]
-    DeltaSink(target, "w", PART_MODES[mode], engine="embedded").write(parts_batch(rows, "b"), 0)
+    embedded = DeltaSink(target, "w", PART_MODES[mode], engine="embedded")
+    with pytest.raises(
+        UnsupportedTableFeatureError, match=r"TIMESTAMP column\(s\) \['ts'\]"
+    ) as info:
+        embedded.write(parts_batch(rows, "b"), 0)
+    assert info.value.features == ["timestampPartitionColumn"]
+    nothing_staged(embedded)
+    assert support.table_version(target) == 0
+    spark = DeltaSink(target, "s", PART_MODES[mode], engine="spark", spark=delta_spark)
+    spark.write(spark_batch(delta_spark, rows, "b"), 0)
     expected = expected_parts((FIRST, "a"), (rows, "b"))
     found = read_parts(delta_spark, target)
     assert found == {LA: expected, "UTC": expected, "delta-rs": expected}
     assert all(v.endswith("Z") for v in recorded_ts(target))
+    assert support.marker(target, "s") == 0
+
+
+@pytest.mark.parametrize("mode", sliced(list(PART_MODES), ("upsert",)))
+def test_timestamp_ntz_partition_values_read_alike_in_any_session_zone(
+    delta_spark: Any, tmp_path: Path, mode: str
+) -> None:
+    """A table delta-spark partitioned by ``ntz TIMESTAMP_NTZ`` in Los Angeles
+    (URI-escaped partition directories, which the INT96 guard opens decoded once: no
+    StorageError): the embedded engine writes into it, and Spark in Los Angeles, Spark in
+    UTC and delta-rs read every instant and wall clock exactly as written."""
+    target = str(tmp_path / "t")
+    spark_ntz_table(delta_spark, target)
+    rows = SECOND if mode != "append" else SECOND[1:]
+    DeltaSink(target, "w", PART_MODES[mode], engine="embedded").write(parts_batch(rows, "b"), 0)
+    expected = expected_parts((FIRST_NTZ, "a"), (rows, "b"))
+    found = read_parts(delta_spark, target)
+    assert found == {LA: expected, "UTC": expected, "delta-rs": expected}
     assert support.marker(target, "w") == 0
 
 
 @FULL
-def test_a_target_the_embedded_engine_creates_with_a_timestamp_partition_reads_alike(
+def test_a_target_the_embedded_engine_would_create_with_a_timestamp_partition_is_refused(
     delta_spark: Any, tmp_path: Path
 ) -> None:
-    """The embedded engine creates the target partitioned by ``ts`` and ``ntz`` and
-    upserts it; Spark (Los Angeles, UTC) and delta-rs read the same instants, and
+    """``TableSpec(partition_by=["ts", "ntz"])`` with a ``TIMESTAMP`` ``ts``: refused by
+    name, no target made, nothing staged; by ``ntz`` alone the embedded engine creates
+    and upserts it, Spark (Los Angeles, UTC) and delta-rs read the same values, and
     delta-spark's own MERGE in Los Angeles then finds the keys (one row each)."""
     from deltasink import TableSpec
 
     target = str(tmp_path / "t")
-    layout = TableSpec(partition_by=["ts", "ntz"])
+    both = DeltaSink(
+        target, "w", MergeSpec(keys=["id"]), engine="embedded",
+        table=TableSpec(partition_by=["ts", "ntz"]),
+    )  # fmt: skip
+    with pytest.raises(UnsupportedTableFeatureError, match="would partition by"):
+        both.write(parts_batch(FIRST, "a"), 0)
+    assert not support.exists(target)
+    nothing_staged(both)
+    layout = TableSpec(partition_by=["ntz"])
     sink = DeltaSink(target, "w", MergeSpec(keys=["id"]), engine="embedded", table=layout)
     sink.write(parts_batch(FIRST, "a"), 0)
     sink.write(parts_batch(SECOND, "b"), 1)
     expected = expected_parts((FIRST, "a"), (SECOND, "b"))
     assert read_parts(delta_spark, target) == {LA: expected, "UTC": expected, "delta-rs": expected}
-    assert all(v.endswith("Z") for v in recorded_ts(target))
     with zone(delta_spark, LA):
         delta_spark.sql(
             f"MERGE INTO delta.`{target}` t USING (SELECT 5L AS id, "
-            "TIMESTAMP'2024-11-03 08:30:00Z' AS ts) s ON t.id = s.id AND t.ts = s.ts "
+            "TIMESTAMP_NTZ'2024-11-03 01:30:00' AS ntz) s ON t.id = s.id AND t.ntz = s.ntz "
             "WHEN MATCHED THEN UPDATE SET v = 'c'"
         )
     assert [r[3] for r in read_parts(delta_spark, target)["UTC"] if r[0] == 5] == ["c"]

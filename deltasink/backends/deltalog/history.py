@@ -31,7 +31,7 @@ from deltasink.locations import is_local, normalize_uri
 
 from .tables import commit_file
 
-__all__ = ["commit_actions", "commits", "history"]
+__all__ = ["commits", "history"]
 
 #: Commit files read side by side on an object store (one GET each).
 _REMOTE_PAGE = 16
@@ -76,20 +76,6 @@ def commits(table: DeltaTable, limit: int | None = None) -> Iterator[dict[str, A
 def history(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
     """:func:`commits` as a list (``DeltaTable.history(limit)``'s records)."""
     return list(commits(table, limit))
-
-
-def commit_actions(table: DeltaTable, version: int) -> list[dict[str, Any]] | None:
-    """The actions of ``table``'s commit ``version`` as its log file records them (raw:
-    partition values as written), or ``None`` when that file is gone."""
-    uri = str(table.table_uri)
-    if is_local(uri):
-        text = _read_local(normalize_uri(uri), version)
-    else:
-        options = dict(getattr(table, "_storage_options", None) or {})
-        text = _read_remote(DeltaFileSystemHandler(uri, options), version)
-    if text is None:
-        return None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _read_local(root: str, version: int) -> str | None:

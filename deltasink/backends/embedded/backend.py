@@ -30,7 +30,7 @@ from deltasink.shapes.spec import MergeSpec
 from .audit import Auditor
 from .cache import StagedCache
 from .claims import Claims, foreign_intent
-from .features import without_evolution
+from .features import refuse_timestamp_partitions, without_evolution
 from .fencing import Fence
 from .generated import check_generated
 from .maintenance import target_history
@@ -186,6 +186,9 @@ class EmbeddedBackend(SchemaFit, Claims):
             )
         data = self._prepare(batch, spec, self._schema_before(version), version)
         self.target.check_writable(data.column_names)
+        if self.target.table_spec is not None and not self.target.exists():
+            partition_by = self.target.table_spec.partition_by or ()
+            refuse_timestamp_partitions(data.schema, partition_by, self.target.uri, creating=True)
         self.target.check_values(spec)
         check_generated(self.target.open(fresh=False), data, spec, self.target.uri)
         self.target.check_condition(spec)

@@ -9,6 +9,7 @@ commit ("Unsupported table features required"), which it reports like a lost rac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -19,7 +20,13 @@ from deltasink.errors import SchemaMismatchError, UnsupportedTableFeatureError
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["WRITABLE_FEATURES", "refuse_unwritable", "without_evolution"]
+__all__ = [
+    "TIMESTAMP_PARTITIONS",
+    "WRITABLE_FEATURES",
+    "refuse_timestamp_partitions",
+    "refuse_unwritable",
+    "without_evolution",
+]
 
 #: Writer features of tables the embedded engine was shown to write correctly.
 WRITABLE_FEATURES = frozenset(
@@ -58,6 +65,45 @@ def refuse_unwritable(table: DeltaTable, uri: str) -> None:
             "recovered by that engine too. Nothing was written.",
             table=uri,
             features=unsupported,
+        )
+    refuse_timestamp_partitions(
+        arrow_schema(table), table.metadata().partition_columns, uri, creating=False
+    )
+
+
+#: What :func:`refuse_timestamp_partitions` names among the refused features.
+TIMESTAMP_PARTITIONS = "timestampPartitionColumn"
+
+
+def refuse_timestamp_partitions(
+    schema: pa.Schema, partition_by: Sequence[str], uri: str, *, creating: bool
+) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` when a partition column of the target
+    (``creating``: of the target a ``TableSpec`` would create) is a ``TIMESTAMP`` (with a
+    zone; ``TIMESTAMP_NTZ`` is fine).
+
+    delta-rs records such a partition value without a zone (the UTC wall clock), which
+    Spark reads in its session time zone: outside UTC every such row's hour comes back
+    shifted. Delta's UTC form (``2024-01-01T20:00:00.000000Z``, what delta-spark 4
+    writes) cannot be put into delta-rs's own commit, and a second commit re-recording
+    it would leave readers between the two, and a crash in between, with the shifted
+    hour: so the embedded engine writes no such target (its compaction on a local
+    table writes the UTC form itself, :mod:`.swap`)."""
+    wanted = {c.lower() for c in partition_by}
+    zoned = [
+        f.name
+        for f in schema
+        if f.name.lower() in wanted and pa.types.is_timestamp(f.type) and f.type.tz is not None
+    ]
+    if zoned:
+        which = "would partition by" if creating else "is partitioned by"
+        raise UnsupportedTableFeatureError(
+            f"the target {uri} {which} the TIMESTAMP column(s) {zoned}: delta-rs records "
+            "their values without a time zone, which Spark reads in its session time zone "
+            "(hours shifted outside UTC). Write it with engine='spark' (Delta records the "
+            "UTC form), or partition by a DATE or TIMESTAMP_NTZ column. Nothing was staged.",
+            table=uri,
+            features=[TIMESTAMP_PARTITIONS],
         )
 
 

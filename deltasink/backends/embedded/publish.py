@@ -39,7 +39,6 @@ from .features import refuse_unwritable, without_evolution
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
-from .zones import restamp_after
 
 __all__ = ["TargetWriter"]
 
@@ -238,7 +237,6 @@ class TargetWriter(TargetLog):
             changes = self.changes(result.target_version)
             if changes is not None:
                 recorder.changed(*changes)
-        restamp_after(self, result, app_id)  # TIMESTAMP partition values: UTC (.zones)
         table = self.open(fresh=False) if result.outcome == "committed" else None
         if table is not None:
             compact_after_commit(

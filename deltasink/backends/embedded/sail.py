@@ -65,8 +65,8 @@ def serves(session: Any) -> bool:
         return False
     try:
         endpoint = session.client._builder.endpoint
-    except AttributeError:  # classic PySpark, or a client without a channel builder
-        return False
+    except Exception:  # classic PySpark (4.x raises ONLY_SUPPORTED_WITH_SPARK_CONNECT), or
+        return False  # a client without a channel builder
     host, port = server.listening_address
     return bool(endpoint == f"{host}:{port}")
 

@@ -48,6 +48,7 @@ from deltasink._version import __version__
 from deltasink.backends.deltalog.commits import now_ms, post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema
 
+from .features import refuse_timestamp_partitions
 from .files import File, Lost, files_of, unreadable
 
 __all__ = ["COMMIT_ATTEMPTS", "commit_swap", "metrics", "parameters"]
@@ -144,6 +145,10 @@ def commit_swap(
         "operationMetrics": metrics(files, adds),
         "deltasink.libraryVersion": __version__,
     }
+    if local_root is None or not _writes_here(table):  # delta-rs records them zone-less
+        partition_by = table.metadata().partition_columns
+        uri = str(table.table_uri)
+        refuse_timestamp_partitions(arrow_schema(table), partition_by, uri, creating=False)
     planned = _shape(table)
     wanted = set(files)
     for _ in range(COMMIT_ATTEMPTS):
