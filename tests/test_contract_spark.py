@@ -71,6 +71,7 @@ CHILD_MODULES = (
     "tests/test_telemetry_jvm.py",
     "tests/test_predicate_differential.py",
     "tests/test_any_writer.py",
+    "tests/test_table_zoo.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").
