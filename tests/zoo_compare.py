@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from tests import support
 from tests.table_zoo import Case
-from tests.zoo_driver import ENGINES, Run
+from tests.zoo_driver import ENGINES, Run, release
 
 __all__ = ["Report", "compare"]
 
@@ -78,6 +78,7 @@ def _union(spark: Any, parts: list[tuple[str, str]]) -> dict[str, list[Any]]:
                     out[key] = [f"unreadable: {str(exc).splitlines()[0][:300]}"]
         for row in rows:
             out[row[0]].append(tuple(row[1:]))
+        release(spark)
     return out
 
 

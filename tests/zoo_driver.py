@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,10 +88,26 @@ def frame(session: Any, batch: pa.Table) -> Any:
     return session.createDataFrame(batch, schema=spark_ddl(batch.schema))
 
 
+_SESSIONS = threading.local()
+
+
 def zoned(spark: Any, zone: str) -> Any:
-    session = spark.newSession()
-    session.conf.set("spark.sql.session.timeZone", zone)
-    return session
+    """This thread's session in ``zone`` (one per worker and zone, reused: a session per
+    case would fill the driver's heap with their states)."""
+    cache = _SESSIONS.__dict__.setdefault("by_zone", {})
+    if zone not in cache:
+        cache[zone] = spark.newSession()
+        cache[zone].conf.set("spark.sql.session.timeZone", zone)
+    return cache[zone]
+
+
+def release(spark: Any) -> None:
+    """Drop what a finished case left in the driver: Delta's cached logs of its tables
+    and the Python side's handles of JVM objects."""
+    import gc
+
+    gc.collect()
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 def create_bases(spark: Any, cases: list[Case], root: Path) -> dict[str, int]:
@@ -323,6 +340,7 @@ def run_all(
     run, and each definition's version once made (the cases start after it). Tables at
     ``root/<case>/{oracle,embedded,spark}``."""
     bases = create_bases(spark, cases, root)
+    release(spark)
     lap("create")
     for case in cases:
         base = root / "base" / case.definition.name
@@ -332,10 +350,16 @@ def run_all(
     child = _embedded_child(cases, root)
 
     def oracle(case: Case) -> dict[int, str]:
-        return run_oracle(spark, case, str(root / case.name / "oracle"))
+        failed = run_oracle(spark, case, str(root / case.name / "oracle"))
+        if case.number % WORKERS == 0:
+            release(spark)
+        return failed
 
     def on_spark(case: Case) -> list[str]:
-        return run_steps("spark", spark, case, str(root / case.name / "spark"))
+        log = run_steps("spark", spark, case, str(root / case.name / "spark"))
+        if case.number % WORKERS == 0:
+            release(spark)
+        return log
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = dict(zip([c.number for c in cases], pool.map(oracle, cases), strict=True))
