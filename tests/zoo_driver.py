@@ -369,6 +369,8 @@ def run_all(
     _, errors = child.communicate(timeout=1800)
     assert child.returncode == 0, errors[-3000:]
     lap("embedded (its own process, beside oracle and spark)")
+    (root / "spark.json").write_text(json.dumps(spark_logs))
+    (root / "oracle.json").write_text(json.dumps(failed))
     embedded = json.loads((root / "embedded.json").read_text())
     runs: dict[tuple[int, str], Run] = {}
     for case, log in zip(cases, spark_logs, strict=True):
