@@ -43,7 +43,7 @@ pytestmark = [
 __all__ = ["delta_spark"]
 
 #: Cases per run: (table definition, mode, steps), each through both engines.
-COUNT = generated.count(sample=3, ci=300)
+COUNT = generated.count(sample=2, ci=300)
 
 
 def cpu_seconds() -> float:
