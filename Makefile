@@ -33,8 +33,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The generated suites (predicate grammar, writer model, stream lifecycles; marker
-# `generated`) with a fresh seed, printed first and last with the command that repeats
+# The generated suites (predicate grammar, writer model, stream lifecycles, table zoo;
+# marker `generated`) with a fresh seed, printed first and last with the command that repeats
 # it (DELTASINK_SEED=<seed> make test-generated), and each suite's CI count of cases
 # instead of make test's fixed-seed sample. tests/generated.py has the conventions.
 test-generated: $(STAMP)

@@ -75,6 +75,7 @@ CHILD_MODULES = (
     "tests/test_compaction_spark.py",
     "tests/test_computed_columns.py",
     "tests/test_timestamps_jvm.py",
+    "tests/test_table_zoo.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):
 #: ``make test`` keeps a slice of each kind (docs/reliability.md, "The test suite's time").
