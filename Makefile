@@ -17,7 +17,7 @@ VENV35    := .venv-spark35
 PYSPARK35 := 3.5.9
 STAMP35   := $(VENV35)/.deltasink-installed-pyspark-$(PYSPARK35)
 
-.PHONY: setup demo test test-generated test-delta-spark test-connect test-spark35 lint docs fmt check clean bench
+.PHONY: setup demo test test-generated test-zoo test-delta-spark test-connect test-spark35 lint docs fmt check clean bench
 
 setup: $(STAMP)
 
@@ -39,6 +39,17 @@ test: $(STAMP)
 # instead of make test's fixed-seed sample. tests/generated.py has the conventions.
 test-generated: $(STAMP)
 	DELTASINK_GENERATED=ci $(PY) -m pytest -m "generated and not connect" $(PYTEST_ARGS)
+
+# The table zoo alone (tests/test_table_zoo.py): 300 generated tables, modes and batches
+# through both engines and plain delta-spark, a fresh seed (printed; DELTASINK_SEED
+# repeats it); about 20 min on 2 cores. ZOO_CASES sets the count; the report (counts,
+# every difference) goes to bench/out/zoo.json, which `python -m tools.zoo_matrix
+# bench/out/zoo.json` turns into docs/deploy.md's matrix.
+ZOO_CASES ?= 300
+test-zoo: $(STAMP)
+	mkdir -p bench/out
+	DELTASINK_GENERATED=ci DELTASINK_ZOO_CASES=$(ZOO_CASES) DELTASINK_ZOO_REPORT=bench/out/zoo.json \
+		$(PY) -m pytest -m "" tests/test_table_zoo.py $(PYTEST_ARGS)
 
 # The delta-spark tests `make test` leaves out (marked delta_spark_full: the contract
 # again with Spark reading the logs, the remaining fault points, shapes and key types,

@@ -138,15 +138,29 @@ def _rs_rows(path: str, identity: bool) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
 
 
+#: Commits deltasink makes by design where plain delta-spark makes none, left out of an
+#: engine's history before it is compared: the spark engine's ``ALTER TABLE ADD COLUMNS``
+#: before a MERGE with ``schema_evolution`` (the MERGE carrying the marker follows; a
+#: crash between leaves a column the retried MERGE fills), and a commit of the ``txn``
+#: marker alone where the batch changed no row (Delta's MERGE then commits nothing, but
+#: the version must count: docs/guarantees.md). The embedded engine's insert-only fast
+#: path (a batch of keys the target does not hold) is a ``WRITE`` where Delta's is a
+#: ``MERGE``: the same rows, change feed and marker.
+DESIGNED = ("ADD COLUMNS", "marker only")
+
+
 def operations(path: str, start: int) -> list[str]:
-    """The history's operations after version ``start - 1``, oldest first."""
+    """The history's operations after version ``start - 1``, oldest first (``marker
+    only`` for a commit of a ``txn`` action without data)."""
     out = []
     for log in sorted(Path(path, "_delta_log").glob("*.json")):
         if not re.fullmatch(r"\d{20}\.json", log.name) or int(log.stem) < start:
             continue  # a v2 checkpoint's sidecar is not a commit
         actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        out.append(str(info.get("operation")))
+        kinds = {k for a in actions for k in a}
+        marker_only = "txn" in kinds and not kinds & {"add", "remove", "cdc", "metaData"}
+        out.append("marker only" if marker_only else str(info.get("operation")))
     return out
 
 
@@ -228,7 +242,9 @@ def _differences(
     expected = operations(oracle, start)
     if any(n.startswith("optimize refused") for n in run.notes):
         expected = [op for op in expected if op != "OPTIMIZE"]
-    got = operations(path, start)
+    got = [op for op in operations(path, start) if op not in DESIGNED or op in expected]
+    if len(got) == len(expected):  # the embedded engine's insert-only fast path appends
+        got = [e if (e, g) == ("MERGE", "WRITE") else g for e, g in zip(expected, got, strict=True)]
     if got != expected:
         found.append(("history operations", f"delta-spark {expected}, engine {got}"))
     return found
