@@ -93,7 +93,10 @@ def escaped_partitions(spark: Any, target: str) -> None:
             ).write.format("delta").mode("append").partitionBy("p", "d", "ts").save(target)
 
 
-@pytest.mark.parametrize("engine", sliced(["embedded", "spark"], ("embedded",)))
+# make test-delta-spark (make test's time): tests/test_compaction_paths.py covers the
+# escaping in make test, without Spark
+@FULL
+@pytest.mark.parametrize("engine", ["embedded", "spark"])
 def test_a_compaction_of_partition_values_that_need_escaping_keeps_the_table_readable(
     delta_spark: Any, tmp_path: Path, engine: str
 ) -> None:

@@ -45,7 +45,7 @@ pytestmark = [
 __all__ = ["delta_spark"]
 
 #: Cases per run: (table definition, mode, steps), each through both engines.
-COUNT = int(os.environ.get("DELTASINK_ZOO_CASES", "0")) or generated.count(sample=2, ci=40)
+COUNT = int(os.environ.get("DELTASINK_ZOO_CASES", "0")) or generated.count(sample=1, ci=40)
 
 
 def cpu_seconds() -> float:
