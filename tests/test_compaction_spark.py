@@ -241,3 +241,27 @@ def test_a_compaction_is_an_optimize_in_describe_history(
     assert changes == [False] * (small + 1)
     right = list(range(1, 9))
     assert ids(delta_spark, target) == (right, right)
+
+
+def test_a_compaction_copies_generated_columns_without_computing_them_again(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """``g DOUBLE GENERATED ALWAYS AS (n / 4)`` made and filled by delta-spark (7.5 for
+    ``n = 30``): the embedded engine's ``optimize()`` copies the rows (delta-rs, given
+    the column's expression, would check them with DataFusion's integer division and
+    refuse the compaction; found by the table zoo, seed 225664660); Spark and delta-rs
+    read the same rows after."""
+    target = str(tmp_path / "t")
+    delta_spark.sql(
+        f"CREATE TABLE delta.`{target}` (id BIGINT, n BIGINT, "
+        "g DOUBLE GENERATED ALWAYS AS (n / 4)) USING delta"
+    )
+    for i in (1, 2, 3):
+        delta_spark.sql(f"INSERT INTO delta.`{target}` (id, n) VALUES ({i}, {i * 10})")
+    sink("embedded", delta_spark, target).optimize()
+    assert support.commit_info(target, 4)["operation"] == "OPTIMIZE"
+    assert len(DeltaTable(target).file_uris()) == 1
+    expected = [(1, 10, 2.5), (2, 20, 5.0), (3, 30, 7.5)]
+    by_spark = sorted(tuple(r) for r in delta_spark.read.format("delta").load(target).collect())
+    by_rs = sorted(tuple(r.values()) for r in DeltaTable(target).to_pyarrow_table().to_pylist())
+    assert (by_spark, by_rs) == (expected, expected)

@@ -165,8 +165,10 @@ def _write_scratch(
     z_order_by: Sequence[str],
 ) -> list[dict[str, Any]]:
     """Write the rows of ``files`` into a new scratch table at ``scratch`` with delta-rs;
-    its live add actions."""
-    schema = arrow_schema(table)
+    its live add actions. The scratch table's columns carry no metadata: a generated
+    or identity column's rows are copied, never computed or checked again (delta-rs
+    would check ``x / 4`` with DataFusion's integer division and refuse Spark's rows)."""
+    schema = pa.schema([f.remove_metadata() for f in arrow_schema(table)])
     columns = list(table.metadata().partition_columns)
     config = table.metadata().configuration
     if store.local:
