@@ -25,6 +25,7 @@ __all__ = [
     "WRITABLE_FEATURES",
     "refuse_timestamp_partitions",
     "refuse_unwritable",
+    "unwritable_features",
     "without_evolution",
 ]
 
@@ -49,14 +50,19 @@ WRITABLE_FEATURES = frozenset(
 _LEGACY_IDENTITY_WRITER = 6
 
 
-def refuse_unwritable(table: DeltaTable, uri: str) -> None:
-    """Raise :class:`UnsupportedTableFeatureError` when ``table`` needs a writer feature
-    the embedded engine cannot write."""
+def unwritable_features(table: DeltaTable) -> list[str]:
+    """The writer features of ``table`` the embedded engine cannot write (sorted)."""
     protocol = table.protocol()
     features = set(protocol.writer_features or ())
     if protocol.min_writer_version == _LEGACY_IDENTITY_WRITER and not features:
         features.add("identityColumns")
-    unsupported = sorted(features - WRITABLE_FEATURES)
+    return sorted(features - WRITABLE_FEATURES)
+
+
+def refuse_unwritable(table: DeltaTable, uri: str) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` when ``table`` needs a writer feature
+    the embedded engine cannot write."""
+    unsupported = unwritable_features(table)
     if unsupported:
         raise UnsupportedTableFeatureError(
             f"the target {uri} uses the Delta table feature(s) {unsupported}, which the "

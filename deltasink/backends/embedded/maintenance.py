@@ -20,6 +20,7 @@ from deltasink.ops.history import HistoryEntry, count_since_optimize, history_fr
 from deltasink.retry import retry
 
 from .compaction import TARGET_FILE_SIZE, parse_size
+from .features import unwritable_features
 from .gc import StagingGc
 from .publish import TargetWriter
 from .rewrite import File, Lost, files_of, rewrite, unreadable
@@ -148,12 +149,14 @@ class EmbeddedMaintenance:
 
 
 def _check_readable(table: DeltaTable, uri: str) -> None:
-    features = unreadable(table)
+    # a writer feature delta-rs cannot write (liquid clustering, row tracking, ...) failed
+    # each commit as if lost to a concurrent one
+    features = unreadable(table) + unwritable_features(table)
     if features:
         raise UnsupportedTableFeatureError(
             f"optimize() cannot compact {uri} (version {table.version()}): it uses "
-            f"{features}, whose data files the embedded engine cannot rewrite row for "
-            "row. Run OPTIMIZE with Delta on Spark (engine='spark'). Nothing was written.",
+            f"{features}, whose data files the embedded engine cannot rewrite (row for "
+            "row, or at all). Run OPTIMIZE with Delta on Spark (engine='spark'). Nothing was written.",
             table=uri,
             features=features,
         )
