@@ -16,7 +16,7 @@ progress here is the scheduler's "run succeeded": it is recorded only after the 
 Days must go forward per app id. A day OLDER than the last committed day cannot be
 loaded under the same app id (its version is below the marker, so deltasink would drop
 it as a duplicate). This job therefore checks the target's history: an old day that was
-committed is reported as done (exit 0); one that never was is refused (exit 3) instead of
+committed is reported as done (exit 0); one that never was is refused (exit 5) instead of
 being silently dropped. To restate such a day, run it under its own app id, e.g.
 ``--app-id orders-daily-restate-20250103`` (each app id has its own marker and staging
 table); with ``sequence_by`` older rows never overwrite newer ones (but a key that a
@@ -42,8 +42,13 @@ main.sales.order_events``. On OSS Spark: ``spark-submit ... jobs/daily_batch.py
 Knobs to change when you copy it: ``--source``/``--source-format``/``--date-column``,
 ``--target``, ``--app-id``, ``SCHEMA`` and ``MERGE`` below.
 
-Exit codes: 0 done (or nothing to do), 2 usage, 3 a day older than the last committed
-one was never loaded (refused), 4 a source partition is missing or empty.
+Exit codes: 0 done (or nothing to do), 2 usage, 4 a source partition is missing or
+empty, 5 a day older than the last committed one was never loaded (refused, as the
+``deltasink`` command's 5: nothing done for that day). A deltasink error ends the run
+with the ``deltasink`` command's exit code and one line, ``<ErrorName>: <message>``
+(README, "Operate it"): 3 configuration, 4 a commit failed (run again: ``recover()``
+finishes it), 5 a batch refused, 6 quarantined, 7 fenced (another run of the same app
+id took over).
 """
 
 from __future__ import annotations
@@ -60,7 +65,9 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from deltasink import DeltaSink, MergeSpec, embedded_spark
+from deltasink import CommitResult, DeltaSink, MergeSpec, embedded_spark
+from deltasink.cli.exits import EXIT_REFUSED, run_job
+from deltasink.cli.output import row_counts_text
 
 APP_ID = "orders-daily"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -69,7 +76,7 @@ MERGE = MergeSpec(
     sequence_by="updated_at",  # the latest event per order wins
     delete_when="status = 'cancelled'",  # a cancellation deletes the order
 )
-EXIT_REFUSED, EXIT_NO_SOURCE = 3, 4
+EXIT_NO_SOURCE = 4
 
 
 def spark_session(kind: str) -> Any:
@@ -147,7 +154,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--source", help="source (default: LAKE/landing/order_events, generated)")
     parser.add_argument("--source-format", choices=["json", "table"], default="json")
     parser.add_argument("--date-column", default="order_date", help="the partition column")
-    parser.add_argument("--target", help="catalog.schema.table or a path (default: LAKE/silver)")
+    parser.add_argument(
+        "--target", help="catalog.schema.table or a path (default: LAKE/silver/orders_daily)"
+    )
     parser.add_argument("--staging", help="staging table (default: next to the target)")
     parser.add_argument("--app-id", default=APP_ID, help=f"the writer's id (default {APP_ID})")
     parser.add_argument("--allow-empty", action="store_true", help="commit days with no rows")
@@ -165,8 +174,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not args.lake:
             atexit.register(shutil.rmtree, lake, ignore_errors=True)
         args.source = args.source or str(lake / "landing" / "order_events")
-        args.target = args.target or str(lake / "silver" / "orders")
+        # Its own default target: streaming_upsert.py's is LAKE/silver/orders, and one
+        # --lake may hold every template's tables.
+        args.target = args.target or str(lake / "silver" / "orders_daily")
     return args
+
+
+def committed_line(result: CommitResult) -> str:
+    """What a commit prints: its versions, the target table version and, when the
+    engine reported them, the rows inserted, updated and deleted."""
+    counts = row_counts_text(result)
+    return (
+        f"committed versions {list(result.all_versions)} -> target table version "
+        f"{result.target_version}" + (f" ({counts})" if counts else "")
+    )
 
 
 def log_setup() -> None:
@@ -176,7 +197,13 @@ def log_setup() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the job; deltasink's errors end it with the ``deltasink`` command's exit code
+    and one line on stderr (:func:`deltasink.cli.exits.run_job`)."""
     args = parse_args(argv)
+    return run_job(lambda: run(args))
+
+
+def run(args: argparse.Namespace) -> int:
     log_setup()
     days = days_to_load(args)
     if args.demo:
@@ -227,10 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if last is not None:  # end of input: commit every staged day, in order
         for r in sink.commit(last).results:
-            print(
-                f"committed versions {list(r.all_versions)} -> target table version "
-                f"{r.target_version} (+{r.rows_inserted} ~{r.rows_updated} -{r.rows_deleted} rows)"
-            )
+            print(committed_line(r))
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")
     return code

@@ -59,19 +59,23 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from deltasink import (
-    CommitError,
-    ConfigurationError,
-    DeltaSink,
-    FencedError,
-    MergeSpec,
-    SinkStatus,
+from deltasink import DeltaSink, DeltaSinkError, MergeSpec, SinkStatus
+from deltasink.cli.exits import (
+    EXIT_COMMIT,
+    EXIT_CONFIG,
+    EXIT_FENCED,
+    EXIT_OK,
+    EXIT_QUARANTINED,
+    exit_code,
 )
 from deltasink.status import require_writer
 
-EXIT_OK, EXIT_CONFIG, EXIT_COMMIT, EXIT_ATTENTION, EXIT_FENCED = 0, 3, 4, 6, 7
+EXIT_ATTENTION = EXIT_QUARANTINED  # 6: a version is quarantined, or needs a look
+#: The demo's target under ``--lake`` (each template has its own: one --lake holds them all).
+DEFAULT_TARGET = Path("silver") / "orders_maintenance_demo"
 RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
 DEMO_APP = "orders-demo-writer"
+LABELS = {EXIT_CONFIG: "configuration error", EXIT_COMMIT: "commit failed", EXIT_FENCED: "fenced"}
 
 
 def cluster_session(kind: str) -> Any:
@@ -186,7 +190,7 @@ def make_demo(lake: Path) -> str:
     """A target whose writer crashed: version 0 committed, version 1 only staged."""
     import pyarrow as pa
 
-    target = str(lake / "silver" / "orders")
+    target = str(lake / DEFAULT_TARGET)
     writer = DeltaSink(target, DEMO_APP, MergeSpec(keys=["order_id"]))
     writer.write(pa.table({"order_id": [1, 2], "status": ["created", "created"]}), 0)
     writer.pre_commit(pa.table({"order_id": [2, 3], "status": ["shipped", "created"]}), 1)
@@ -249,15 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     for app_id in args.app_id:
         try:
             code = maintain(args.target, app_id, args, spark)
-        except ConfigurationError as exc:
-            print(f"  configuration error: {exc}", file=sys.stderr)
-            code = EXIT_CONFIG
-        except FencedError as exc:
-            print(f"  fenced: {exc}", file=sys.stderr)
-            code = EXIT_FENCED
-        except CommitError as exc:
-            print(f"  commit failed: {exc}", file=sys.stderr)
-            code = EXIT_COMMIT
+        except DeltaSinkError as exc:  # the deltasink command's exit codes
+            code = exit_code(exc)
+            what = LABELS.get(code, type(exc).__name__)
+            print(f"  {what}: {exc}", file=sys.stderr)
         print(f"RESULT app={app_id} exit={code}")
         worst = max(worst, code)
     return worst

@@ -27,6 +27,8 @@ from rich.table import Table
 from deltasink import DeltaSink, MergeSpec, embedded_spark
 
 APP_ID = "orders-quickstart"
+#: The target under ``--lake`` (each template has its own: one --lake holds them all).
+DEFAULT_TARGET = Path("silver") / "orders_quickstart"
 MERGE = MergeSpec(
     keys=["order_id"],
     sequence_by="updated_at",  # the latest event per order wins, even out of order
@@ -78,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     lake = Path(args.lake) if args.lake else Path(tempfile.mkdtemp(prefix="deltasink-quickstart-"))
-    target = str(lake / "silver" / "orders")
+    target = str(lake / DEFAULT_TARGET)
     print(f"lake: {lake}")
 
     spark = embedded_spark()

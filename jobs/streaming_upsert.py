@@ -23,7 +23,7 @@ sources, with a Spark checkpoint) use ``jobs/streaming_upsert_databricks.py``, w
 runs locally on classic PySpark. Copy this loop when your source is one Spark streaming
 cannot read (a queue or an API you acknowledge yourself): keep its order of steps.
 
-Why it is exactly once (seed 001: source progress vs. sink commit):
+Why it is exactly once (source progress vs. sink commit):
   * crash after the sink committed batch *n* but before ``commits/n``: the restart runs
     batch *n* again with the SAME files and the SAME id; the target's
     ``txn(app_id, n)`` marker makes that a no-op;
@@ -39,15 +39,20 @@ Run locally (embedded engine; nothing to install beyond deltasink):
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 5   # 2 more files
 
 A lost or new checkpoint: its batch ids start at 0 again, so the sink refuses its first
-batch (``CheckpointResetError``, exit code 3, nothing written); a checkpoint restored
+batch (``CheckpointResetError``, exit code 5, nothing written); a checkpoint restored
 from an older copy whose batch does not replay its version is refused the same way
 (``ReplayMismatchError``). The same command with ``--resume`` continues right after the
 target: the files the target already holds (``sink.offsets()``, also ``deltasink
 offsets``) are left out and the first new batch becomes the next version::
 
     rm -r /tmp/lake/_checkpoints
-    python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6            # exit 3
+    python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6            # exit 5
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6 --resume   # new file only
+
+Exit codes are the ``deltasink`` command's (README, "Operate it"): a deltasink error
+ends the run with one line, ``<ErrorName>: <message>``, and its code: 5 refused with
+nothing written (a checkpoint reset), 7 fenced (a second copy of the job took over the
+app id), 4 a commit failed (run again: ``recover()`` finishes it), 3 configuration.
 
 Knobs to change when you copy it: ``--source``/``--target``/``--checkpoint`` (or just
 ``--lake``), ``--app-id`` (stable for the life of the target), ``SCHEMA`` and ``MERGE``
@@ -73,10 +78,13 @@ from deltasink import (
     CheckpointResetError,
     CommitReport,
     DeltaSink,
+    DeltaSinkError,
     MergeSpec,
     ReplayMismatchError,
     embedded_spark,
 )
+from deltasink.cli.exits import run_job
+from deltasink.cli.output import row_counts_text
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -196,10 +204,11 @@ def run_batch(
     if not report.results:
         print(f"batch {batch_id}: {names} already committed, nothing changed (replay)")
     for r in report.results:
+        counts = row_counts_text(r)  # "" when the engine did not report them
         print(
             f"batch {batch_id}: {names} {r.outcome} versions {list(r.all_versions)}: "
-            f"+{r.rows_inserted} ~{r.rows_updated} -{r.rows_deleted} rows "
-            f"-> target table version {r.target_version}"
+            + (f"{counts} " if counts else "")
+            + f"-> target table version {r.target_version}"
         )
 
 
@@ -209,7 +218,25 @@ def log_setup() -> None:
     logging.getLogger("deltasink").setLevel(logging.INFO)
 
 
+def resume_hint(exc: DeltaSinkError, args: argparse.Namespace) -> str | None:
+    """What to do after a refused checkpoint (printed after the error's line)."""
+    if not isinstance(exc, CheckpointResetError | ReplayMismatchError):
+        return None
+    return (
+        "To continue with this checkpoint right after the target, run again with --resume "
+        f"(the files `deltasink offsets {args.target} --app {args.app_id}` lists are left "
+        "out)."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the job; deltasink's errors end it with the ``deltasink`` command's exit code
+    and one line on stderr (:func:`deltasink.cli.exits.run_job`)."""
+    args = parse_args(argv)
+    return run_job(lambda: run(args), hint=lambda exc: resume_hint(exc, args))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lake", help="root for the default paths (default: a new temp dir)")
     parser.add_argument("--source", help="landing directory (default: LAKE/landing/orders)")
@@ -232,16 +259,22 @@ def main(argv: list[str] | None = None) -> int:
         "--poll-seconds", type=float, default=0, help="0: process what is there, then stop"
     )
     args = parser.parse_args(argv)
-    log_setup()
-
+    args.demo_files = 3 if args.demo_files is None and not args.source else args.demo_files
     lake = Path(args.lake or tempfile.mkdtemp(prefix="deltasink-streaming-"))
     if not args.lake:
         atexit.register(shutil.rmtree, lake, ignore_errors=True)
-    source = Path(args.source or lake / "landing" / "orders").absolute()
-    target = str(args.target or lake / "silver" / "orders")
-    checkpoint = Path(args.checkpoint or lake / "_checkpoints" / "orders_stream")
-    print(f"lake: {lake}")
-    demo_files = 3 if args.demo_files is None and not args.source else args.demo_files
+    args.lake = str(lake)
+    args.source = str(Path(args.source or lake / "landing" / "orders").absolute())
+    args.target = str(args.target or lake / "silver" / "orders")
+    args.checkpoint = str(args.checkpoint or lake / "_checkpoints" / "orders_stream")
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    log_setup()
+    source, target, checkpoint = Path(args.source), args.target, Path(args.checkpoint)
+    print(f"lake: {args.lake}")
+    demo_files = args.demo_files
     if demo_files:
         write_demo_files(source, demo_files)
 
@@ -267,39 +300,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and last < 0:
         print(f"resuming after version {point.version}: {len(held)} file(s) already committed")
     seen |= held
-    try:
-        # 1. The last planned batch may not be done: run it again, same files, same id.
-        ran = last >= 0 and last not in commits
-        if ran:
-            run_batch(spark, sink, checkpoint, last, offsets[last], resume=args.resume)
+    # 1. The last planned batch may not be done: run it again, same files, same id.
+    ran = last >= 0 and last not in commits
+    if ran:
+        run_batch(spark, sink, checkpoint, last, offsets[last], resume=args.resume)
 
-        # 2. New files -> new batches: plan (offsets/n), run, record (commits/n).
-        while True:
-            new = sorted(
-                p.absolute().as_uri()
-                for p in source.glob("*.json")
-                if not p.name.startswith(".") and p.absolute().as_uri() not in seen
-            )
-            if not new:
-                if args.poll_seconds <= 0:
-                    break
-                time.sleep(args.poll_seconds)
-                continue
-            last += 1
-            files = new[: args.max_files_per_batch]
-            plan(checkpoint, last, files)  # plan first: a replay reads the same files
-            run_batch(spark, sink, checkpoint, last, files, resume=args.resume)
-            seen.update(files)
-            ran = True
-    except (CheckpointResetError, ReplayMismatchError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print(
-            f"To continue with this checkpoint right after the target, run again with "
-            f"--resume (the files `deltasink offsets {sink.target} --app {args.app_id}` "
-            "lists are left out).",
-            file=sys.stderr,
+    # 2. New files -> new batches: plan (offsets/n), run, record (commits/n).
+    while True:
+        new = sorted(
+            p.absolute().as_uri()
+            for p in source.glob("*.json")
+            if not p.name.startswith(".") and p.absolute().as_uri() not in seen
         )
-        return 3
+        if not new:
+            if args.poll_seconds <= 0:
+                break
+            time.sleep(args.poll_seconds)
+            continue
+        last += 1
+        files = new[: args.max_files_per_batch]
+        plan(checkpoint, last, files)  # plan first: a replay reads the same files
+        run_batch(spark, sink, checkpoint, last, files, resume=args.resume)
+        seen.update(files)
+        ran = True
 
     if not ran:
         print(f"nothing new: every file in {source} is in a committed batch (last {last})")

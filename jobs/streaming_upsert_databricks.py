@@ -11,7 +11,7 @@ What it does:
     Delta commit);
   * ``sink.recover()`` runs at start-up, before the query starts.
 
-Exactly once with Spark's checkpoint (seed 001: source progress vs. sink commit): Spark
+Exactly once with Spark's checkpoint (source progress vs. sink commit): Spark
 writes ``offsets/n`` (which input forms batch n) BEFORE running batch n and
 ``commits/n`` (the source progress) only AFTER ``foreachBatch`` returned, i.e. after the
 sink committed. A crash in between makes Spark run batch n again after the restart, with
@@ -21,7 +21,7 @@ replay is a no-op. Two rules follow:
   * a stream is an identity, not a counter: each target commit records the query's id
     (from ``<checkpoint>/metadata``), its batch id and source positions. A new or
     deleted checkpoint starts again at batch 0; its batches are refused with
-    ``CheckpointResetError`` (exit 3, nothing written), never taken for replays. Run the
+    ``CheckpointResetError`` (exit 5, nothing written), never taken for replays. Run the
     same command again with ``--resume`` to continue right after the target: for file
     sources (JSON files, Auto Loader) the rows of files the target already holds are
     left out by themselves (``_metadata.file_path``, or ``input_file_name()`` on classic
@@ -30,7 +30,15 @@ replay is a no-op. Two rules follow:
     ``deltasink offsets TARGET --app APP`` prints (docs/runbook.md, "I lost or changed
     my checkpoint");
   * run one query per app id (the bundle sets ``max_concurrent_runs: 1``); a second
-    writer fences the first, which then fails with ``FencedError``.
+    writer fences the first, which then fails with ``FencedError`` (exit 7).
+
+Exit codes are the ``deltasink`` command's (README, "Operate it"): a deltasink error
+raised in a micro-batch stops the query, and the job ends with one line,
+``<ErrorName>: <message>``, printed last (Spark's log of the failed query is left out:
+it quotes the same error in three tracebacks), and that error's code: 5 refused with
+nothing written, 7 fenced, 6 quarantined (``on_quarantine="raise"``), 4 a commit failed
+(run again: ``recover()`` finishes it), 3 configuration. Any other failure of the query
+is Spark's own error, as Spark reports it.
 
 Run on Databricks: deploy the bundle (``databricks.yml``, job ``orders_stream``) or make
 a Python script task with, e.g.:
@@ -52,7 +60,7 @@ deltasink's embedded engine writes the tables with delta-rs)::
     python jobs/streaming_upsert_databricks.py                  # demo, temp dir removed at exit
     python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 5
     rm -r /tmp/lake/_checkpoints            # a lost checkpoint, and a new file lands:
-    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6            # exit 3
+    python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6            # exit 5
     python jobs/streaming_upsert_databricks.py --lake /tmp/lake --demo-files 6 --resume   # new rows only
 
 Knobs to change when you copy it: ``--source``/``--source-format``, ``--target`` (a
@@ -79,11 +87,13 @@ from pyspark.sql import SparkSession
 
 from deltasink import (
     CheckpointResetError,
+    DeltaSinkError,
     ForeachBatchWriter,
     MergeSpec,
     ReplayMismatchError,
     foreach_batch_writer,
 )
+from deltasink.cli.exits import run_job
 
 APP_ID = "orders-stream"
 SCHEMA = "order_id long, customer string, amount double, status string, updated_at long"
@@ -114,22 +124,23 @@ def build_writer(args: argparse.Namespace) -> ForeachBatchWriter:
 
 
 def batch_writer(
-    writer: ForeachBatchWriter, refused: list[CheckpointResetError | ReplayMismatchError]
+    writer: ForeachBatchWriter, failed: list[DeltaSinkError]
 ) -> Callable[[Any, int], None]:
     """The ``foreachBatch`` function: the writer, plus a log line per micro-batch.
-    A refused batch is also kept in ``refused`` (on classic compute, where the function
-    runs in this process) for ``main`` to explain."""
+    A deltasink error is also kept in ``failed`` (on classic compute, where the function
+    runs in this process) for ``main`` to report in one line."""
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
         # pre-commit + commit from one read of the Delta logs, the query's id, batch id
         # and source positions recorded in the target commit. A batch of another query
         # (a new or reset checkpoint) raises CheckpointResetError, one that does not
         # replay its version (a checkpoint restored from an older copy) raises
-        # ReplayMismatchError: nothing written either way.
+        # ReplayMismatchError: nothing written either way. Raising stops the query
+        # before Spark records the batch as done.
         try:
             report = writer(batch_df, batch_id)
-        except (CheckpointResetError, ReplayMismatchError) as exc:
-            refused.append(exc)
+        except DeltaSinkError as exc:
+            failed.append(exc)
             raise
         if report.quarantined_versions:  # a failed check (with checks=[...])
             print(f"batch {batch_id}: quarantined, waiting behind {report.quarantined_versions}")
@@ -142,6 +153,40 @@ def batch_writer(
             )
 
     return write_batch
+
+
+class _NotDeltaSinkErrors(logging.Filter):
+    """Drops py4j's log of a deltasink error raised in ``foreachBatch`` (the job reports
+    it in one line); py4j's other records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], DeltaSinkError))
+
+
+#: Spark's loggers of "Query ... terminated with error" (Spark 4; Spark 3.5).
+QUERY_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+)
+
+
+def quiet_query_errors(spark: Any) -> None:
+    """Leave out the logs that repeat a failed query's error (py4j's Python traceback,
+    Spark's "terminated with error" with the same traceback inside Java's): ``main``
+    prints a deltasink error once, last, and re-raises any other error as Spark's own
+    exception, so nothing is lost. Classic sessions only (Spark Connect logs nothing
+    of it on the client)."""
+    logging.getLogger("py4j.clientserver").addFilter(_NotDeltaSinkErrors())
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in QUERY_LOGGERS:
+            configurator.setLevel(name, off)
+    except Exception:  # another logging backend: keep Spark's logs as they are
+        return
 
 
 def read_stream(spark: Any, args: argparse.Namespace) -> Any:
@@ -248,8 +293,26 @@ def log_setup() -> None:
     logging.getLogger("deltasink").setLevel(logging.INFO)
 
 
+def resume_hint(exc: DeltaSinkError, args: argparse.Namespace) -> str | None:
+    """What to do after a refused checkpoint (printed after the error's line)."""
+    if not isinstance(exc, CheckpointResetError | ReplayMismatchError):
+        return None
+    return (
+        "  to continue right after the target, run the same command again with --resume "
+        "(file sources: the rows of files it already holds are left out; a Delta source: "
+        f"add the --starting-version `deltasink offsets {args.target} --app {args.app_id}` "
+        "prints). docs/runbook.md, 'I lost or changed my checkpoint'"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the job; deltasink's errors end it with the ``deltasink`` command's exit code
+    and one line on stderr, printed last (:func:`deltasink.cli.exits.run_job`)."""
     args = parse_args(argv)
+    return run_job(lambda: run(args), hint=lambda exc: resume_hint(exc, args))
+
+
+def run(args: argparse.Namespace) -> int:
     log_setup()
     spark = SparkSession.builder.appName(f"deltasink {args.app_id}").getOrCreate()
 
@@ -259,10 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in sink.recover().results:  # start-up: finish what a crash left staged
         print(f"recovered versions {list(r.all_versions)}: {r.outcome}")
 
-    refused: list[CheckpointResetError | ReplayMismatchError] = []
+    failed: list[DeltaSinkError] = []
+    quiet_query_errors(spark)
     stream = (
         read_stream(spark, args)
-        .writeStream.foreachBatch(batch_writer(writer, refused))
+        .writeStream.foreachBatch(batch_writer(writer, failed))
         .option("checkpointLocation", args.checkpoint)
         .queryName(args.app_id)
     )
@@ -274,18 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         query.awaitTermination()
     except Exception:
-        if not refused:
-            raise
-        # The query's checkpoint is not the one the target's versions came from.
-        print(
-            f"refused: {refused[0]}\n"
-            "  to continue right after the target, run the same command again with "
-            "--resume (file sources: the rows of files it already holds are left out; a "
-            f"Delta source: add the --starting-version `deltasink offsets {sink.target} "
-            f"--app {args.app_id}` prints). docs/runbook.md, 'I lost or changed my checkpoint'",
-            file=sys.stderr,
-        )
-        return 3
+        if not failed:
+            raise  # not deltasink's: Spark's own error, as Spark reports it
+        raise failed[-1] from None  # main prints it in one line, with its exit code
 
     st = sink.status()
     print(f"status: committed version {st.committed_version}, pending {st.pending_versions}")

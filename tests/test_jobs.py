@@ -21,8 +21,9 @@ import yaml
 from typer.testing import CliRunner
 
 from deltasink import DeltaSink, MergeSpec, checks
-from deltasink._faults import EXIT_CODE
+from deltasink._faults import EXIT_CODE, armed
 from deltasink.cli import app as cli_app
+from deltasink.cli.exits import EXIT_FENCED, EXIT_REFUSED
 from tests import support
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +125,8 @@ def test_streaming_upsert_runs_reruns_and_picks_up_new_files(tmp_path: Path) -> 
     # target, leaving out the files it holds, and the resumed query's restart goes on.
     shutil.rmtree(tmp_path / "_checkpoints")
     reset = run("streaming_upsert.py", "--lake", str(tmp_path), "--demo-files", "5")
-    assert reset.returncode == 3
+    assert reset.returncode == EXIT_REFUSED  # the deltasink command's code
+    assert reset.stderr.splitlines()[0].startswith("CheckpointResetError: micro-batch 0 of")
     assert "versions up to 3 were committed by streaming query" in reset.stderr
     assert "run again with --resume" in reset.stderr
     assert lines(reset, "batch ") == []
@@ -217,6 +219,79 @@ def test_the_two_streaming_templates_have_their_own_local_defaults(tmp_path: Pat
     assert support.marker(spark_template.target, spark_template.app_id) is None
 
 
+def test_every_template_has_its_own_default_target(tmp_path: Path) -> None:
+    """One --lake holds every template's tables (docs/deploy.md says the defaults do
+    not collide): no two templates default to the same target, so none mixes its rows
+    into another's (daily_batch.py and streaming_upsert.py both used silver/orders)."""
+    lake = ["--lake", str(tmp_path)]
+    targets = {
+        "streaming_upsert": load_template("streaming_upsert").parse_args(lake).target,
+        "streaming_upsert_databricks": load_template("streaming_upsert_databricks")
+        .parse_args([*lake, "--demo-files", "0"])
+        .target,
+        "daily_batch": load_template("daily_batch").parse_args(lake).target,
+        "quickstart": tmp_path / load_template("quickstart").DEFAULT_TARGET,
+        "maintenance": tmp_path / load_template("maintenance").DEFAULT_TARGET,
+    }
+    resolved = {name: Path(target).resolve() for name, target in targets.items()}
+    assert len(set(resolved.values())) == len(resolved), resolved
+    assert all(p.parent == tmp_path.resolve() / "silver" for p in resolved.values())
+
+
+def test_two_copies_of_the_streaming_template_end_as_the_cli_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second copy of the job takes the app id over while the first writes batch 0:
+    the first ends with the CLI's exit code for FencedError (7) and its one line on
+    stderr, not a traceback and exit 1; the second copy finishes the run."""
+    template = load_template("streaming_upsert")
+    target = str(tmp_path / "silver" / "orders")
+    claimed: list[int] = []
+
+    def second_copy_starts() -> None:
+        if not claimed:
+            claimed.append(1)
+            DeltaSink(target, "orders-stream", template.MERGE).recover()  # claims the role
+
+    with armed("publish.before_target_commit", second_copy_starts):
+        code = template.main(["--lake", str(tmp_path), "--demo-files", "2"])
+    out, err = capsys.readouterr()
+    assert code == EXIT_FENCED
+    assert err.splitlines()[-1].startswith("FencedError: ")
+    assert "Traceback" not in err
+    assert "status:" not in out  # the fenced copy stopped at once
+    # The fenced copy staged batch 0 before the claim; the second copy's recover()
+    # published it, once.
+    assert support.marker(target, "orders-stream") == 0
+    assert template.main(["--lake", str(tmp_path), "--demo-files", "2"]) == 0  # the other copy
+    assert contents(target) == [
+        (1, "created", 10.0),
+        (2, "shipped", 20.0),
+        (4, "created", 40.0),
+        (5, "created", 50.0),
+    ]
+    assert each_version_once(target, "orders-stream") == {0: 1, 1: 1}
+
+
+def test_the_daily_batch_leaves_out_row_counts_its_engine_did_not_report() -> None:
+    """spark-submit's run printed ``(+None ~None -None rows)``."""
+    from deltasink import CommitResult
+
+    template = load_template("daily_batch")
+    unknown = CommitResult(
+        20250102, "committed", rows=4, target_version=3, versions=(20250101, 20250102)
+    )
+    assert template.committed_line(unknown) == (
+        "committed versions [20250101, 20250102] -> target table version 3"
+    )
+    known = CommitResult(
+        20250103, "committed", 4, 4, rows_inserted=2, rows_updated=1, rows_deleted=1
+    )
+    assert template.committed_line(known) == (
+        "committed versions [20250103] -> target table version 4 (+2 ~1 -1 rows)"
+    )
+
+
 def docstring_commands(script: str) -> list[list[str]]:
     """The ``python jobs/<script> ...`` lines of a template's docstring, as argv lists
     (comments dropped)."""
@@ -248,7 +323,7 @@ def test_daily_batch_docstring_sequence_runs(tmp_path: Path) -> None:
         assert result.returncode == 0, (argv, result.stdout, result.stderr)
         results.append(result)
     assert leftover_temp_dirs(tmp) == []  # the run without --lake cleaned up after itself
-    target = str(tmp_path / "lake" / "silver" / "orders")
+    target = str(tmp_path / "lake" / "silver" / "orders_daily")
     assert support.marker(target, "orders-daily") == 20250108
     assert lines(results[3], "day ") == [
         f"day 2025-01-02: already committed (target table version "
@@ -271,7 +346,7 @@ def test_a_run_without_lake_removes_its_temp_dir(tmp_path: Path, script: str) ->
 
 def test_daily_batch_days_backfill_reruns_and_refusals(tmp_path: Path) -> None:
     lake = ["--lake", str(tmp_path)]
-    target = str(tmp_path / "silver" / "orders")
+    target = str(tmp_path / "silver" / "orders_daily")
 
     backfill = run("daily_batch.py", *lake, "--from-date", "2025-01-01", "--to-date", "2025-01-02")
     assert backfill.returncode == 0, backfill.stderr
@@ -301,7 +376,7 @@ def test_daily_batch_days_backfill_reruns_and_refusals(tmp_path: Path) -> None:
     assert support.marker(target, "orders-daily") == 20250104
 
     late = run("daily_batch.py", *lake, "--date", "2025-01-03")  # older than the marker
-    assert late.returncode == 3
+    assert late.returncode == EXIT_REFUSED
     assert "REFUSED" in late.stderr
     assert "--app-id orders-daily-restate-20250103" in late.stderr
     assert support.table_version(target) == 1
@@ -350,7 +425,7 @@ def test_maintenance_recovers_reports_and_cleans(tmp_path: Path) -> None:
     assert "  recovered versions [1]: committed" in out
     assert "  gc: 1 staging files removed" in out  # version 0 was published unstaged
     assert "RESULT app=orders-demo-writer exit=0" in out
-    target = str(tmp_path / "silver" / "orders")
+    target = str(tmp_path / "silver" / "orders_maintenance_demo")
     assert [(r["order_id"], r["status"]) for r in support.rows(target, sort_by="order_id")] == [
         (1, "created"),
         (2, "shipped"),
@@ -427,7 +502,7 @@ def test_maintenance_configuration_error(tmp_path: Path) -> None:
 def test_maintenance_refuses_a_writer_that_does_not_exist(tmp_path: Path) -> None:
     demo = run("maintenance.py", "--lake", str(tmp_path), "--no-gc")
     assert demo.returncode == 0, demo.stderr
-    target = str(tmp_path / "silver" / "orders")
+    target = str(tmp_path / "silver" / "orders_maintenance_demo")
     # A mistyped app id on an existing target: exit 3, naming the writers there are.
     typo = run("maintenance.py", "--target", target, "--app-id", "orders-demo-writr")
     assert typo.returncode == 3, typo.stdout
@@ -589,9 +664,14 @@ def test_databricks_streaming_template_on_classic_pyspark(tmp_path: Path, engine
     shutil.rmtree(commits.parent)
     again = ["--lake", str(tmp_path), "--demo-files", "4"]
     reset = run("streaming_upsert_databricks.py", *again, timeout=JVM_TIMEOUT_S, **env)
-    assert reset.returncode == 3, (reset.stdout, reset.stderr)
-    assert "CheckpointResetError" in reset.stderr or "resume" in reset.stderr
-    assert "run the same command again with --resume" in reset.stderr
+    assert reset.returncode == EXIT_REFUSED, (reset.stdout, reset.stderr)
+    # The refusal once, last (not inside py4j's and Spark's logs of the failed query):
+    # the error's line, then what to do.
+    error, hint = reset.stderr.splitlines()[-2:]
+    assert error.startswith("CheckpointResetError: micro-batch 0 of streaming query ")
+    assert reset.stderr.count("CheckpointResetError") == 1
+    assert "Traceback" not in reset.stderr
+    assert "run the same command again with --resume" in hint
     assert lines(reset, "batch ") == []
     assert each_version_once(target, "orders-stream") == {0: 1, 1: 1, 2: 1}
     offsets = CliRunner().invoke(cli_app, ["offsets", target, "--app", "orders-stream", "--json"])

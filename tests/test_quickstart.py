@@ -26,7 +26,7 @@ def test_quickstart_job(tmp_path: Path) -> None:
     assert "recovered versions [1, 2]: committed, +2 ~2 -1 rows -> target table version 1" in out
     assert "history: versions [1, 2] -> target table version 1 (MERGE)" in out
     assert "replayed version 2: nothing to do (already committed)" in out
-    target = str(tmp_path / "silver" / "orders")
+    target = str(tmp_path / "silver" / "orders_quickstart")
     assert [r["order_id"] for r in support.rows(target, sort_by="order_id")] == [
         1,
         2,

@@ -11,18 +11,20 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from deltasink.cli.exits import (
+    EXIT_COMMIT,
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_FENCED,
+    EXIT_OK,
+    EXIT_QUARANTINED,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    exit_code,
+)
 from deltasink.cli.output import report_table
 from deltasink.core.protocol import CommitReport
-from deltasink.errors import (
-    AlreadyCommittedError,
-    CommitError,
-    ConfigurationError,
-    DeltaSinkError,
-    FencedError,
-    InvalidInputError,
-    QuarantinedError,
-    UnverifiableChecksError,
-)
+from deltasink.errors import ConfigurationError, DeltaSinkError
 from deltasink.locations import is_catalog_name
 from deltasink.ops.status import require_writer
 from deltasink.sink import DeltaSink
@@ -45,9 +47,6 @@ __all__ = [
     "print_report",
 ]
 
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONFIG, EXIT_COMMIT, EXIT_REFUSED = 0, 1, 2, 3, 4, 5
-EXIT_QUARANTINED, EXIT_FENCED = 6, 7
 
 app = typer.Typer(
     name="deltasink",
@@ -89,18 +88,7 @@ def exit_on_error(as_json: bool) -> Iterator[None]:
     try:
         yield
     except DeltaSinkError as exc:
-        if isinstance(exc, FencedError):
-            code = EXIT_FENCED
-        elif isinstance(exc, QuarantinedError):
-            code = EXIT_QUARANTINED
-        elif isinstance(exc, AlreadyCommittedError | InvalidInputError | UnverifiableChecksError):
-            code = EXIT_REFUSED
-        elif isinstance(exc, CommitError):
-            code = EXIT_COMMIT
-        elif isinstance(exc, ConfigurationError):
-            code = EXIT_CONFIG
-        else:
-            code = EXIT_ERROR
+        code = exit_code(exc)
         if as_json:
             payload = {"error": type(exc).__name__, "message": str(exc), "exit_code": code}
             out.print_json(json.dumps(payload))

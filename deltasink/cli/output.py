@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from deltasink.core.committables import CommitReport
+from deltasink.core.committables import CommitReport, CommitResult
 from deltasink.ops.status import SinkStatus
 from deltasink.shapes.spec import MergeSpec
 
@@ -19,6 +19,7 @@ __all__ = [
     "pending_table",
     "report_dict",
     "report_table",
+    "row_counts_text",
     "status_table",
     "versions_text",
 ]
@@ -130,6 +131,16 @@ def report_dict(report: CommitReport) -> dict[str, Any]:
             for r in report.results
         ],
     }
+
+
+def row_counts_text(result: CommitResult) -> str:
+    """``+inserted ~updated -deleted rows`` of one commit, or ``""`` when the engine
+    did not report all three (e.g. a MERGE whose metrics Spark did not return)."""
+    counts = (result.rows_inserted, result.rows_updated, result.rows_deleted)
+    if any(n is None for n in counts):
+        return ""
+    inserted, updated, deleted = counts
+    return f"+{inserted} ~{updated} -{deleted} rows"
 
 
 def report_table(report: CommitReport, verb: str) -> Table:
