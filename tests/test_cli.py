@@ -450,3 +450,37 @@ def test_a_catalog_name_without_spark_says_how_to_open_it() -> None:
     assert result.exit_code == 3
     assert "catalog table name" in result.output
     assert "deltasink --spark" in result.output
+
+
+def test_history_is_readable_at_80_columns(target: str) -> None:
+    """``deltasink history`` at 80 columns: every header whole (they were cut to
+    "vers…" and "targ…"), no cell cut with "…", coalesced daily versions wrapped in
+    their cell; ``--wide`` adds the cost and origin columns."""
+    from rich.console import Console
+
+    from deltasink.cli.history import HISTORY_COLUMNS, WIDE_COLUMNS, history_table
+
+    daily = DeltaSink(target, "daily", MergeSpec(keys=["id"]))
+    daily.write(pa.table({"id": [1], "value": ["a"]}), 20250101)
+    daily.pre_commit(pa.table({"id": [1, 2], "value": ["b", "c"]}), 20250102)
+    daily.pre_commit(pa.table({"id": [3], "value": ["d"]}), 20250103)
+    daily.recover()  # 20250102 and 20250103 coalesced into one commit
+    shown = run_at_80_columns("history", target, "--app", "daily")
+    assert "…" not in shown
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    header, *_ = (line for line in shown.splitlines() if line.startswith("┃"))
+    assert [cell.strip() for cell in header.strip("┃").split("┃")] == list(HISTORY_COLUMNS)
+    rows = [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in shown.splitlines()
+        if line.startswith("│")
+    ]
+    assert (rows[0][1], rows[0][4]) == ("1", "+2 ~1 -0")  # Delta version 1
+    assert "".join(r[0] for r in rows[:-1]).replace(",", ", ") == "20250102, 20250103"
+    assert (rows[-1][0], rows[-1][1], rows[-1][4]) == ("20250101", "0", "+1")
+    console = Console(width=160, record=True)
+    console.print(history_table(daily.history(), "wide", wide=True))
+    (wide_header,) = (line for line in console.export_text().splitlines() if "┃" in line)
+    names = [cell.strip() for cell in wide_header.strip("┃").split("┃")]
+    assert names == list(HISTORY_COLUMNS + WIDE_COLUMNS)
+    assert invoke("history", target, "--app", "daily", "--wide")[0] == 0

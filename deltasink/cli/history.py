@@ -4,7 +4,7 @@ which versions, and where a stream resumes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -20,9 +20,10 @@ from deltasink.cli.app import (
     known_sink,
     out,
 )
+from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import BatchOrigin
 
-__all__ = ["history", "offsets"]
+__all__ = ["HISTORY_COLUMNS", "WIDE_COLUMNS", "history", "history_table", "offsets"]
 
 
 def history(
@@ -33,50 +34,75 @@ def history(
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", help="Read at most N recent target commits.")
     ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide",
+            "-w",
+            help="Also show files added/removed, milliseconds, the attempt that landed "
+            "(and who won the lost ones) and the stream batch (a wide terminal).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List a writer's commits to the target (version → target Delta version), with
-    what each cost: files added and removed, the attempt that landed and the apps whose
-    commits won the attempts it lost."""
+    what each did: rows inserted, updated and deleted; --wide adds what each cost
+    (files added and removed, the attempt that landed and the apps whose commits won
+    the attempts it lost) and the stream batch it came from."""
     with exit_on_error(as_json):
         entries = known_sink(target, app_id, staging, storage_option).history(limit)
     if as_json:
         out.print_json(json.dumps([e.to_dict() for e in entries]))
         return
-    table = Table(title=f"commits of app {app_id} to {target}", title_justify="left")
-    for name in (
-        "version",
-        "target ver",
-        "committed at (UTC)",
-        "operation",
-        "ins",
-        "upd",
-        "del",
-        "files +/-",
-        "ms",
-        "att",
-        "origin",
-    ):
+    out.print(history_table(entries, f"commits of app {app_id} to {target}", wide=wide))
+
+
+#: The columns of ``deltasink history`` (fit 80 columns), and those --wide adds.
+HISTORY_COLUMNS = ("version", "Delta ver", "committed (UTC)", "operation", "rows +ins ~upd -del")
+WIDE_COLUMNS = ("files +/-", "ms", "attempt", "origin")
+
+
+def history_table(entries: Sequence[HistoryEntry], title: str, *, wide: bool = False) -> Table:
+    """The history as a table. The default columns fit 80 columns with every header
+    whole (a long list of coalesced versions wraps in its cell); ``wide`` adds four
+    columns, for a wide terminal (on a narrow one, headers and cells wrap)."""
+    table = Table(title=title, title_justify="left")
+    for name in HISTORY_COLUMNS + (WIDE_COLUMNS if wide else ()):
+        left = name in ("version", "committed (UTC)", "operation", "origin")
         table.add_column(
             name,
-            justify="left" if name in ("operation", "committed at (UTC)", "origin") else "right",
+            justify="left" if left else "right",
+            no_wrap=not wide and name != "version",
+            min_width=None if wide else len(name),
+            overflow="fold",
         )
     for e in entries:
-        table.add_row(
+        cells = [
             ", ".join(map(str, e.versions)),
             str(e.target_version),
             e.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
             e.operation,
-            *(
-                "" if n is None else f"{n:,}"
-                for n in (e.rows_inserted, e.rows_updated, e.rows_deleted)
-            ),
-            _files_text(e.files_added, e.files_removed),
-            "" if e.execution_ms is None else f"{e.execution_ms:,}",
-            _attempt_text(e.attempt, e.telemetry),
-            _origin_text(e.origin, short=True),
-        )
-    out.print(table)
+            _rows_text(e.rows_inserted, e.rows_updated, e.rows_deleted),
+        ]
+        if wide:
+            cells += [
+                _files_text(e.files_added, e.files_removed),
+                "" if e.execution_ms is None else f"{e.execution_ms:,}",
+                _attempt_text(e.attempt, e.telemetry),
+                _origin_text(e.origin, short=True),
+            ]
+        table.add_row(*cells)
+    return table
+
+
+def _rows_text(inserted: int | None, updated: int | None, deleted: int | None) -> str:
+    """``+ins ~upd -del`` with the counts the commit recorded (a missing one left out)."""
+    parts = [
+        f"{sign}{n:,}"
+        for sign, n in (("+", inserted), ("~", updated), ("-", deleted))
+        if n is not None
+    ]
+    return " ".join(parts)
 
 
 def _files_text(added: int | None, removed: int | None) -> str:
