@@ -71,6 +71,7 @@ CHILD_MODULES = (
     "tests/test_telemetry_jvm.py",
     "tests/test_predicate_differential.py",
     "tests/test_any_writer.py",
+    "tests/test_migrating.py",
     "tests/test_table_constraints.py",
     "tests/test_compaction_spark.py",
     "tests/test_computed_columns.py",
