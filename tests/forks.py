@@ -49,6 +49,18 @@ def sigkilled_job(target: str, path: str, options: dict[str, str], point: str) -
         append_job(target, path, options)
 
 
+def signalled_job(target: str, path: str, point: str, signum: int) -> None:
+    """:func:`append_job`, sending itself ``signum`` at the second pass of ``point``
+    (version 1) with Python's own handlers: SIGINT is Ctrl-C (``KeyboardInterrupt``
+    where the interpreter next runs Python code), SIGTERM ends the process at once as
+    its default action does (no ``finally``)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal's job
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    send = lambda: os.kill(os.getpid(), signum)  # noqa: E731
+    with _faults.armed(point, send, after=1):
+        append_job(target, path)
+
+
 def _forked(job: Callable[..., None], args: tuple[Any, ...], env: dict[str, str], log: str) -> None:
     with open(log, "w") as out:
         os.dup2(out.fileno(), 1)
