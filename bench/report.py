@@ -82,7 +82,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
         for layout, case in s["p1"].items():
             r = case["ratio"]["sink"]
             what = (
-                f"P1 overhead, {fmt_rows(case['target_rows'])} target, "
+                f"Overhead, {fmt_rows(case['target_rows'])} target, "
                 f"{fmt_rows(case['batch_rows'])} batch, {layout} keys"
             )
             verdict = _mark(r <= 1.15) + (" (stretch met)" if r < 1.0 else "")
@@ -91,7 +91,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
         p2 = s["p2"]
         rows.append(
             [
-                f"P2 one `commit()` of {p2['batches']} pending {fmt_rows(p2['batch_rows'])}-row "
+                f"One `commit()` of {p2['batches']} pending {fmt_rows(p2['batch_rows'])}-row "
                 f"batches vs {p2['batches']} "
                 + ("best hand-written MERGEs" if "best" in p2["stats"] else "bare MERGEs"),
                 "≥ 50x faster" if "best" in p2["stats"] else "≥ 20x faster",
@@ -106,7 +106,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
         r = case["ratio_best"]["sink"]
         rows.append(
             [
-                f"P7 `write` vs the best hand-written MERGE, {fmt_rows(case['batch_rows'])} rows "
+                f"`write` vs the best hand-written MERGE, {fmt_rows(case['batch_rows'])} rows "
                 f"({case['layout']} keys) into {fmt_rows(case['target_rows'])}",
                 "≤ 1.0x",
                 _x(r),
@@ -117,7 +117,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
         goal = P3_GOALS.get(case["batch_rows"], 1.0)
         rows.append(
             [
-                f"P3 `sink.write(df)` vs Sail `MERGE INTO`, {fmt_rows(case['batch_rows'])} rows",
+                f"`sink.write(df)` vs Sail `MERGE INTO`, {fmt_rows(case['batch_rows'])} rows",
                 f"≤ {goal}x",
                 _x(case["ratio"]),
                 _mark(case["ratio"] <= goal),
@@ -132,7 +132,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
             growth = top / first["planning"][side]["median"]
             rows.append(
                 [
-                    f"P4 {what}, {ns[0]:,} → {ns[-1]:,} batches",
+                    f"{what}, {ns[0]:,} → {ns[-1]:,} batches",
                     "≤ 1.5x growth and ≤ 50 ms",
                     f"{_x(growth)}, {fmt_s(top)}",
                     _mark(growth <= 1.5 and top <= 0.05),
@@ -153,7 +153,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
             )
             rows.append(
                 [
-                    f"P4 10-row `sink.write` of a running stream after {ns[-1]:,} batches vs "
+                    f"10-row `sink.write` of a running stream after {ns[-1]:,} batches vs "
                     f"after {ns[0]:,}, the target's log kept by its retention",
                     "≤ 1.5x",
                     f"{_x(kept_sink)} (the bare MERGE's own growth: {_x(kept_bare)})",
@@ -164,7 +164,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
         cold = f"; a new sink's first write: {_x(grown('sink'))}" if side == "sink_warm" else ""
         rows.append(
             [
-                f"P4 10-row `sink.write` of a running stream after {ns[-1]:,} batches vs "
+                f"10-row `sink.write` of a running stream after {ns[-1]:,} batches vs "
                 f"after {ns[0]:,}, every commit file of the target kept",
                 "≤ 1.5x",
                 f"{_x(grown(side))} (the bare MERGE's own growth: {_x(grown('bare'))}{cold})",
@@ -178,7 +178,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
             sink, bare = summary["sink_write"], summary["bare_merge"]
             rows.append(
                 [
-                    f"P5 peak RSS of `sink.write(df)`, {fmt_rows(case['batch_rows'])} rows "
+                    f"Peak RSS of `sink.write(df)`, {fmt_rows(case['batch_rows'])} rows "
                     "from Spark, vs the bare delta-rs MERGE's",
                     "≤ 1.0x",
                     f"+{_mib(sink['cost'])} vs +{_mib(bare['cost'])} = "
@@ -188,7 +188,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
             )
             rows.append(
                 [
-                    f"P5 (first round) the same, {fmt_rows(case['batch_rows'])} rows, vs the "
+                    f"Peak RSS (first round) the same, {fmt_rows(case['batch_rows'])} rows, vs the "
                     "batch's Arrow size",
                     "≤ 2x",
                     f"{_x(sink['ratio'])} of {_mib(case['arrow_bytes'])}",
@@ -198,7 +198,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
     for name, case in s.get("p6", {}).get("p6", {}).items():
         rows.append(
             [
-                f"P6 spark engine `sink.write` vs `MERGE INTO` + txn confs, {name} into "
+                f"Spark engine `sink.write` vs `MERGE INTO` + txn confs, {name} into "
                 f"{fmt_rows(case['target_rows'])} (delta-spark)",
                 "≤ 1.2x",
                 _x(case["ratio"]),
@@ -220,7 +220,7 @@ def goals(results: dict[str, Any]) -> list[Row]:
         p2u = s["p2u"]
         rows.append(
             [
-                f"P2u one `commit()` of {p2u['versions']} pending 1k-row versions into "
+                f"One `commit()` of {p2u['versions']} pending 1k-row versions into "
                 f"{fmt_rows(p2u['target_rows'])} vs the best MERGE of their union",
                 "≤ 1.2x",
                 _x(p2u["ratio"]),
@@ -604,7 +604,8 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
         "# deltasink benchmarks",
         f"Generated by `{command}` — do not edit by hand. What each benchmark does, the key "
         "layout and how to run one part: [bench/README.md](../bench/README.md). Earlier "
-        "runs, and the re-runs of single benchmarks that measured each step of issue 14: "
+        "runs, and the re-runs of single benchmarks that measured each step of the write "
+        "path's tuning: "
         "[benchmark-history.md](benchmark-history.md).",
         f"**Run:** {m['date']}; {cfg['runs']} runs per side, order rotated on every "
         f"repetition; times are medians [min-max]; ratios are ratios of medians; "
@@ -621,7 +622,7 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
     if plot_name:
         parts.append(f"![Cost against batch size, target size and history]({plot_name})")
     if "p1" in s:
-        parts.append("## P1: overhead of `sink.write` over a bare MERGE")
+        parts.append("## Overhead of `sink.write` over a bare MERGE")
         for layout, case in s["p1"].items():
             parts.append(
                 f"### {fmt_rows(case['target_rows'])}-row target, "
@@ -630,15 +631,14 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
             parts.append(_merge_case(case))
     if "p2" in s:
         parts.append(
-            f"## P2: {s['p2']['batches']} pending batches, one `commit()` vs "
+            f"## {s['p2']['batches']} pending batches, one `commit()` vs "
             f"{s['p2']['batches']} MERGEs"
         )
         parts.append(_p2(s["p2"]))
     if "p2u" in s:
         p2u = s["p2u"]
         parts.append(
-            f"## P2u: {p2u['versions']} pending versions, one `commit()` vs one MERGE of "
-            "their union"
+            f"## {p2u['versions']} pending versions, one `commit()` vs one MERGE of their union"
         )
         st = p2u["stats"]
         parts.append(
@@ -653,10 +653,10 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
             f"{'yes' if p2u['same_rows'] else '**no**'}."
         )
     if "p3" in s:
-        parts.append("## P3: Spark input, `sink.write(df)` vs the engine's `MERGE INTO`")
+        parts.append("## Spark input, `sink.write(df)` vs the engine's `MERGE INTO`")
         parts.append(_p3(s["p3"]))
     if "p4" in s:
-        parts.append("## P4: planning and commit cost against history")
+        parts.append("## Planning and commit cost against history")
         parts.append(
             "A running stream's write holds both tables open, as the bare side holds its "
             "`DeltaTable`; a new sink's write opens the target inside it. *Target log kept*: "
@@ -668,13 +668,13 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
         )
         parts.append(_p4(s["p4"]))
     if "p5" in s:
-        parts.append("## P5: peak memory for a large batch from Spark")
+        parts.append("## Peak memory for a large batch from Spark")
         parts.extend(_p5(case) for case in [s["p5"], *s["p5"].get("more", [])])
     if "p6" in s:
-        parts.append("## P6: the spark engine vs what a Databricks user writes instead")
+        parts.append("## The spark engine vs what a Databricks user writes instead")
         parts.append(_p6(s["p6"]))
     if "p7" in s:
-        parts.append("## P7: `sink.write` vs the best MERGE a user can write by hand")
+        parts.append("## `sink.write` vs the best MERGE a user can write by hand")
         parts.append(_p7(s["p7"]))
     if "s3" in s:
         parts.append("## S3: requests of a steady-state 10-row `write` vs a hand-written MERGE")

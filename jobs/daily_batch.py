@@ -46,7 +46,7 @@ Exit codes: 0 done (or nothing to do), 2 usage, 4 a source partition is missing 
 empty, 5 a day older than the last committed one was never loaded (refused, as the
 ``deltasink`` command's 5: nothing done for that day). A deltasink error ends the run
 with the ``deltasink`` command's exit code and one line, ``<ErrorName>: <message>``
-(README, "Operate it"): 3 configuration, 4 a commit failed (run again: ``recover()``
+(docs/usage.md, "Operate it"): 3 configuration, 4 a commit failed (run again: ``recover()``
 finishes it), 5 a batch refused, 6 quarantined, 7 fenced (another run of the same app
 id took over).
 """

@@ -49,7 +49,7 @@ offsets``) are left out and the first new batch becomes the next version::
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6            # exit 5
     python jobs/streaming_upsert.py --lake /tmp/lake --demo-files 6 --resume   # new file only
 
-Exit codes are the ``deltasink`` command's (README, "Operate it"): a deltasink error
+Exit codes are the ``deltasink`` command's (docs/usage.md, "Operate it"): a deltasink error
 ends the run with one line, ``<ErrorName>: <message>``, and its code: 5 refused with
 nothing written (a checkpoint reset), 7 fenced (a second copy of the job took over the
 app id), 4 a commit failed (run again: ``recover()`` finishes it), 3 configuration.

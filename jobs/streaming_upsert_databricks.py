@@ -32,7 +32,7 @@ replay is a no-op. Two rules follow:
   * run one query per app id (the bundle sets ``max_concurrent_runs: 1``); a second
     writer fences the first, which then fails with ``FencedError`` (exit 7).
 
-Exit codes are the ``deltasink`` command's (README, "Operate it"): a deltasink error
+Exit codes are the ``deltasink`` command's (docs/usage.md, "Operate it"): a deltasink error
 raised in a micro-batch stops the query, and the job ends with one line,
 ``<ErrorName>: <message>``, printed last (Spark's log of the failed query is left out:
 it quotes the same error in three tracebacks), and that error's code: 5 refused with
@@ -46,9 +46,11 @@ a Python script task with, e.g.:
     --source /Volumes/main/sales/landing/orders --target main.sales.orders
     --checkpoint /Volumes/main/sales/checkpoints/orders_stream --app-id orders-stream
 
-Run on OSS Spark 4 with delta-spark (then Spark itself makes the Delta commits)::
+Run on OSS Spark 4 with delta-spark (then Spark itself makes the Delta commits; the
+tested PySpark and Delta pairs are in docs/deploy.md, "Tested PySpark and Delta
+versions")::
 
-    spark-submit --packages io.delta:delta-spark_2.13:4.0.0 \\
+    spark-submit --packages io.delta:delta-spark_2.13:4.4.0 \\
       --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension \\
       --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog \\
       jobs/streaming_upsert_databricks.py --source-format json --source s3://... \\

@@ -514,7 +514,7 @@ def test_versions_that_are_not_delta_longs(target: str, version: object, match: 
 
 
 def test_the_largest_valid_version_is_one_below_the_largest_delta_long(target: str) -> None:
-    assert MAX_VERSION == 2**63 - 2  # documented in README.md ("Versions")
+    assert MAX_VERSION == 2**63 - 2  # documented in docs/usage.md ("Parameters", versions)
     sink = DeltaSink(target, "matrix", APPEND)
     sink.write(table(id=[0]), 7)
     with pytest.raises(InvalidVersionError, match="between 0 and 9223372036854775806"):

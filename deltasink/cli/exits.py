@@ -37,7 +37,7 @@ EXIT_QUARANTINED, EXIT_FENCED = 6, 7
 
 
 def exit_code(exc: DeltaSinkError) -> int:
-    """The exit code of a deltasink error (README, "Operate it"): 7 fenced, 6
+    """The exit code of a deltasink error (docs/usage.md, "Operate it"): 7 fenced, 6
     quarantined, 5 refused with nothing done, 4 commit failed, 3 configuration, 1 the
     rest (storage errors included)."""
     if isinstance(exc, FencedError):
