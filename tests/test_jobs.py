@@ -273,6 +273,38 @@ def test_two_copies_of_the_streaming_template_end_as_the_cli_does(
     assert each_version_once(target, "orders-stream") == {0: 1, 1: 1}
 
 
+def test_the_spark_template_leaves_py4js_log_of_a_deltasink_error_out() -> None:
+    """On classic compute py4j logs the foreachBatch function's exception with its
+    traceback, before Spark's own log of the failed query: a deltasink error, which the
+    template prints once, last, is left out of it; any other error stays."""
+    import logging
+
+    from deltasink import CheckpointResetError
+
+    template = load_template("streaming_upsert_databricks")
+    logger = logging.getLogger("py4j.clientserver")
+    before = list(logger.filters)
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        template.quiet_query_errors(object())  # a session without a JVM: py4j's log only
+        for exc in (CheckpointResetError("refused"), RuntimeError("Spark's own")):
+            try:
+                raise exc
+            except Exception:
+                logger.exception("There was an exception while executing the Python Proxy")
+    finally:
+        logger.removeHandler(handler)
+        logger.filters[:] = before
+    assert [str(r.exc_info[1]) for r in records if r.exc_info] == ["Spark's own"]
+
+
 def test_the_daily_batch_leaves_out_row_counts_its_engine_did_not_report() -> None:
     """spark-submit's run printed ``(+None ~None -None rows)``."""
     from deltasink import CommitResult
