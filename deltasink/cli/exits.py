@@ -73,7 +73,7 @@ def run_job(
         return main()
     except DeltaSinkError as exc:
         out = stream or sys.stderr
-        out.flush()
+        sys.stdout.flush()  # what the job printed comes first, the error's line last
         print(error_line(exc), file=out)
         extra = hint(exc)
         if extra:
