@@ -8,10 +8,11 @@ delta-spark."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pytest
@@ -82,3 +83,98 @@ def test_escaped_partition_values_survive_a_compaction_by_either_commit_path(
     assert info["operation"] == ("OPTIMIZE" if path == "own" else "WRITE")
     assert info["operationParameters"]["predicate"] == "[]"
     assert info["operationMetrics"]["numRemovedFiles"] == str(2 * len(STRINGS))
+
+
+def sparks_paths(uri: str) -> str:
+    """``uri``'s first commit with each add's path written as delta-spark writes it:
+    non-ASCII characters left unencoded (``p=Z%C3%BCrich`` becomes ``p=Zürich``), the
+    file moved to the directory that path names."""
+    log = Path(uri, "_delta_log", f"{0:020d}.json")
+    lines = []
+    for line in log.read_text().splitlines():
+        action = json.loads(line)
+        if "add" in action:
+            logged = action["add"]["path"]
+            real = unquote(unquote(logged))  # the value, not the directory's escaping
+            spark = "".join(c if ord(c) > 127 else quote(c, safe="/=") for c in real)
+            os.makedirs(os.path.dirname(os.path.join(uri, unquote(spark))), exist_ok=True)
+            os.rename(os.path.join(uri, unquote(logged)), os.path.join(uri, unquote(spark)))
+            action["add"]["path"] = spark
+        lines.append(json.dumps(action))
+    log.write_text("\n".join(lines) + "\n")
+    return uri
+
+
+def zurich(uri: str) -> str:
+    rows = [{"id": 1, "n": 19, "p": "Zürich"}, {"id": 5, "n": 3, "p": "a b"}]
+    schema = pa.schema([("id", pa.int64()), ("n", pa.int64()), ("p", pa.string())])
+    write_deltalake(uri, pa.Table.from_pylist(rows, schema), partition_by=["p"])
+    return sparks_paths(uri)
+
+
+def test_delta_rs_removes_a_file_spark_logged_under_another_path() -> None:
+    """Why :func:`~deltasink.backends.embedded.features.refuse_rewritten_paths` exists
+    (found by the table zoo, seed 1537582489): delta-rs 1.6's MERGE removes the file
+    logged as ``p=Zürich/...`` under ``p=Z%C3%BCrich/...``; Delta matches a remove to
+    its add by the path's text, so the old row stays beside the updated one. When this
+    test fails, delta-rs keeps the logged path and the refusal can go."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        uri = zurich(os.path.join(folder, "t"))
+        batch = pa.table({"id": pa.array([1], pa.int64()), "n": [39], "p": ["Bern"]})
+        merge = DeltaTable(uri).merge(batch, "t.id = s.id", source_alias="s", target_alias="t")
+        merge.when_matched_update_all().when_not_matched_insert_all().execute()
+        assert sorted(r["n"] for r in DeltaTable(uri).to_pyarrow_table().to_pylist()) == [
+            3,
+            19,  # the row updated to 39 is still there
+            39,
+        ]
+
+
+@pytest.mark.parametrize("mode", ["upsert", "insert"])
+def test_a_file_spark_logged_with_unencoded_characters_is_never_removed_by_delta_rs(
+    tmp_path: Path, mode: str
+) -> None:
+    """An upsert, whose MERGE would remove such a file, is refused by name before
+    anything is staged (the spark engine writes it); an insert removes no file and
+    writes."""
+    uri = zurich(str(tmp_path / "t"))
+    before = support.rows(uri)
+    staging = str(tmp_path / "s")
+    spec = MergeSpec(keys=["id"], mode=mode)  # type: ignore[arg-type]
+    sink = DeltaSink(uri, "app", spec, engine="embedded", staging=staging)
+    batch = pa.table({"id": pa.array([1, 2], pa.int64()), "n": [39, 7], "p": ["Bern", "Bern"]})
+    if mode == "upsert":
+        with pytest.raises(UnsupportedTableFeatureError, match="engine='spark'") as caught:
+            sink.write(batch, 0)
+        assert caught.value.features == ["pathsDeltaRsRewrites"]
+        assert support.rows(uri) == before
+        assert support.table_version(uri) == 0
+        assert not os.path.exists(os.path.join(staging, "_delta_log"))
+        return
+    sink.write(batch, 0)
+    got = sorted((r["id"], r["n"], r["p"]) for r in DeltaTable(uri).to_pyarrow_table().to_pylist())
+    assert got == [(1, 19, "Zürich"), (2, 7, "Bern"), (5, 3, "a b")]
+
+
+@pytest.mark.parametrize("path", ["own", "delta-rs"])
+def test_a_compaction_removes_a_file_spark_logged_by_its_logged_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The commit file deltasink writes removes each file by the path the log holds (the
+    rows once each after); delta-rs's commit would not, and is refused by name."""
+    uri = zurich(str(tmp_path / "t"))
+    more = pa.table({"id": pa.array([2], pa.int64()), "n": [4], "p": ["Zürich"]})
+    write_deltalake(uri, more, mode="append", partition_by=["p"])
+    sink = DeltaSink(uri, "op", MergeSpec(keys=["id"]), engine="embedded")
+    if path == "delta-rs":
+        monkeypatch.setattr(swap, "_writes_here", lambda table: False)
+        with pytest.raises(UnsupportedTableFeatureError, match="Spark's OPTIMIZE"):
+            sink.optimize()
+        assert support.table_version(uri) == 1
+        return
+    sink.optimize()
+    got = sorted((r["id"], r["p"]) for r in DeltaTable(uri).to_pyarrow_table().to_pylist())
+    assert got == [(1, "Zürich"), (2, "Zürich"), (5, "a b")]
+    assert [a["path"].startswith("p=Z%25C3%25BCrich/") for a in live_adds(uri)].count(True) == 1

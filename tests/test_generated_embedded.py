@@ -5,12 +5,14 @@ the values asserted as Spark computes them (proven against delta-spark itself in
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, Field, Schema
+from deltalake import DeltaTable, Field, Schema, write_deltalake
 
 from deltasink import DeltaSink, MergeSpec
 from deltasink.errors import InvalidInputError, UnsupportedTableFeatureError
@@ -111,3 +113,56 @@ def test_a_generated_column_beside_deletes_is_computed_for_the_rows_written(
     sink = DeltaSink(target, "app", spec, engine="embedded")
     sink.write(pa.Table.from_pylist([{"k": 1, "x": -1}, {"k": 2, "x": 30}], KX), 0)
     assert rows(target) == [{"k": 2, "x": 30, "g": 60}]
+
+
+def with_sparks_rows(target: str, values: list[dict[str, object]], schema: pa.Schema) -> None:
+    """Commit ``values`` into ``target`` as delta-spark would: their generated values as
+    given (Spark's), in a file delta-rs did not check (written to a plain table first,
+    its add action then committed to ``target``)."""
+    plain = target + "_plain"
+    write_deltalake(plain, pa.Table.from_pylist(values, schema))
+    log = Path(plain, "_delta_log", f"{0:020d}.json").read_text().splitlines()
+    add = next(line for line in log if '"add"' in line)
+    name = json.loads(add)["add"]["path"]
+    shutil.copy(Path(plain, name), Path(target, name))
+    version = int(DeltaTable(target).version()) + 1
+    Path(target, "_delta_log", f"{version:020d}.json").write_text(add + "\n")
+
+
+@pytest.mark.parametrize("odd", [True, False], ids=["sparks-values-differ", "values-agree"])
+def test_a_rewriting_mode_is_refused_where_delta_rs_would_refuse_sparks_rows(
+    tmp_path: Path, odd: bool
+) -> None:
+    """delta-rs checks every row a MERGE writes again (the untouched rows of a file it
+    rewrites, the change feed's pre-images) against its own ``x / 4``: a row delta-spark
+    wrote with ``x = 10`` (Spark's 2.5, delta-rs's 2.0) failed that commit on every try
+    (found by the table zoo, seed 1537582489). An upsert is refused by name before
+    staging (and on the commit's snapshot); insert and append write no existing row and
+    go on. Where every stored value agrees (``x = 8``), the upsert writes. The batch
+    updates ``k = 3``; ``k = 1`` shares its file and is written again."""
+    target = make(tmp_path / "t", ("h", "double", "x / 4"), seed=False)
+    schema = KX.append(pa.field("h", pa.float64()))
+    x = 10 if odd else 8
+    with_sparks_rows(target, [{"k": 1, "x": x, "h": x / 4}, {"k": 3, "x": 8, "h": 2.0}], schema)
+    staging = str(tmp_path / "s")
+    upsert = DeltaSink(target, "up", MergeSpec(keys=["k"]), engine="embedded", staging=staging)
+    batch = pa.Table.from_pylist([{"k": 3, "x": 12}, {"k": 2, "x": 4}], KX)  # k = 1 copied
+    if odd:
+        with pytest.raises(UnsupportedTableFeatureError, match=r"1 row.* of the target") as caught:
+            upsert.write(batch, 0)
+        assert caught.value.features == ["generatedColumns: h"]
+        assert nothing_staged(staging)
+        insert = DeltaSink(target, "in", MergeSpec(keys=["k"], mode="insert"), engine="embedded")
+        insert.write(batch, 0)
+        assert rows(target) == [
+            {"k": 1, "x": 10, "h": 2.5},
+            {"k": 2, "x": 4, "h": 1.0},
+            {"k": 3, "x": 8, "h": 2.0},
+        ]
+    else:
+        upsert.write(batch, 0)
+        assert rows(target) == [
+            {"k": 1, "x": 8, "h": 2.0},
+            {"k": 2, "x": 4, "h": 1.0},
+            {"k": 3, "x": 12, "h": 3.0},
+        ]

@@ -30,7 +30,7 @@ from deltasink.shapes.spec import MergeSpec
 from .audit import Auditor
 from .cache import StagedCache
 from .claims import Claims, foreign_intent
-from .features import refuse_timestamp_partitions, without_evolution
+from .features import definition_takes, refuse_timestamp_partitions
 from .fencing import Fence
 from .generated import check_generated
 from .maintenance import target_history
@@ -194,7 +194,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         self.target.check_condition(spec)
         table = self.target.open(fresh=False)  # the definition refuses what it never takes
         if table is not None:
-            without_evolution(table, data, spec, self.target.uri)
+            definition_takes(table, data, spec, self.target.uri)
             self.target.constraints.check(table, data, spec, versions=[version], app_id=self.app_id)
         self._auditor.validate(data)
         return Prepared(version, data.num_rows, data)

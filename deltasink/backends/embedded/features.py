@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from deltasink.backends.deltalog.tables import arrow_schema
@@ -20,11 +22,17 @@ from deltasink.errors import SchemaMismatchError, UnsupportedTableFeatureError
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
 
+from .generated import check_rewritable
+
 __all__ = [
+    "REWRITTEN_PATHS",
     "TIMESTAMP_PARTITIONS",
     "WRITABLE_FEATURES",
+    "definition_takes",
+    "refuse_rewritten_paths",
     "refuse_timestamp_partitions",
     "refuse_unwritable",
+    "rewritten_paths",
     "unwritable_features",
     "without_evolution",
 ]
@@ -140,3 +148,63 @@ def without_evolution(table: DeltaTable, data: pa.Table, spec: MergeSpec, uri: s
             features=["columnMapping"],
         ) from exc
     return replace(spec, schema_evolution=False)
+
+
+def definition_takes(table: DeltaTable, data: pa.Table, spec: MergeSpec, uri: str) -> MergeSpec:
+    """Whether snapshot ``table``'s definition takes a write of ``data`` by ``spec``:
+    before a version is staged, and again on the snapshot its commit is made on. Raises
+    (by name, a refusal) as :func:`refuse_unwritable`, :func:`refuse_rewritten_paths`,
+    :func:`~.generated.check_rewritable` and :func:`without_evolution` do; returns
+    ``spec`` as the write runs it."""
+    refuse_unwritable(table, uri)
+    refuse_rewritten_paths(table, spec, uri)
+    check_rewritable(table, spec, uri)
+    return without_evolution(table, data, spec, uri)
+
+
+#: What :func:`refuse_rewritten_paths` names among the refused features.
+REWRITTEN_PATHS = "pathsDeltaRsRewrites"
+#: The characters delta-rs 1.6 leaves unencoded in a path it writes (RFC 3986's path
+#: characters less ``*``; with Python's own ``A-Z a-z 0-9 _ . - ~``), measured.
+_KEPT = "/!$&'()+,;=:@"
+#: A path with a character outside those, or a ``%`` not followed by two upper-case
+#: hex digits, may be one delta-rs encodes otherwise (the rest cannot).
+_SUSPECT = r"[^A-Za-z0-9/._~!$&'()+,;=:@%-]|%[0-9A-F]?[^0-9A-F]|%[0-9A-F]?$"
+
+
+def rewritten_paths(table: DeltaTable) -> list[str]:
+    """The live files' paths (as the log holds them) that delta-rs would write otherwise
+    in the ``remove`` of a file it rewrites: Spark leaves non-ASCII characters (and a
+    few others) unencoded (``p=Zürich/part-0.parquet``), delta-rs encodes them
+    (``p=Z%C3%BCrich/...``), and Delta matches a remove to its add by the path's text.
+    Absolute paths (a shallow clone's) are left out."""
+    paths = pa.table(table.get_add_actions(flatten=False)).column("path")
+    suspect = paths.filter(pc.match_substring_regex(paths, _SUSPECT))
+    found = [str(p) for p in suspect.to_pylist()]
+    return [
+        p
+        for p in found
+        if "://" not in p and not p.startswith("/") and quote(unquote(p), safe=_KEPT) != p
+    ]
+
+
+def refuse_rewritten_paths(table: DeltaTable, spec: MergeSpec, uri: str) -> None:
+    """Raise :class:`UnsupportedTableFeatureError` when a write by ``spec`` would make
+    delta-rs remove a file under another path than its add's (:func:`rewritten_paths`):
+    the file would stay live beside its rewritten rows, every row of it twice (measured
+    on delta-rs 1.6.6: a MERGE, an overwrite, a DELETE). Append and insert remove no
+    file."""
+    if spec.mode in ("append", "insert"):
+        return
+    found = rewritten_paths(table)
+    if found:
+        raise UnsupportedTableFeatureError(
+            f"the target {uri} holds {len(found)} file(s) whose path the log records with "
+            f"characters Spark leaves unencoded (e.g. {found[0]!r}); delta-rs would remove "
+            "such a file under its own encoding of the path, which Delta does not match "
+            "to the file, and its rows would stay beside their rewritten copies. Write it "
+            "with engine='spark' (mode='append' or 'insert' removes no file). Nothing was "
+            "staged.",
+            table=uri,
+            features=[REWRITTEN_PATHS],
+        )

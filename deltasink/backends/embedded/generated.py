@@ -40,10 +40,12 @@ from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.sparksql.walker import Walker
 from deltasink.shapes.spec import MergeSpec
 
-__all__ = ["Generated", "check_batch", "check_generated", "fill", "plan"]
+__all__ = ["Generated", "check_batch", "check_generated", "check_rewritable", "fill", "plan"]
 
 #: Modes whose MERGE updates existing rows from the batch's values.
 _UPDATING = ("upsert", "scd2")
+#: Modes whose commit writes no existing row again (delta-rs appends new files only).
+_APPENDING = ("append", "insert")
 _ROW = "__deltasink_row"
 
 
@@ -228,6 +230,42 @@ def fill(generated: Sequence[Generated], values: pa.Table, schema: pa.Schema) ->
     for i, g in enumerate(missing):
         values = values.append_column(g.field, computed.column(i).cast(g.field.type))
     return values
+
+
+def check_rewritable(table: DeltaTable, spec: MergeSpec, uri: str) -> None:
+    """Before a version is staged and again before its commit, on that snapshot: no row
+    of the target holds a generated value delta-rs would refuse to write again.
+
+    A MERGE or an overwrite copies the untouched rows of every file it rewrites (and,
+    with the change data feed, writes the changed rows' pre-images), and delta-rs checks
+    each against its own meaning of the expression: a row delta-spark wrote where the
+    meanings differ (``n / 4`` for an odd ``n``) fails that commit on every try. Append
+    and insert write no existing row. One query over the target's generated columns and
+    the columns they read (delta-rs's DataFusion, the snapshot given).
+
+    Raises:
+        UnsupportedTableFeatureError: Such a row exists (the mode is refused, by name).
+    """
+    if spec.mode in _APPENDING:
+        return
+    generated = plan(table, uri)
+    for column in generated:
+        test = f'NOT ("{column.name}" IS NOT DISTINCT FROM {column.delta_rs})'
+        try:
+            query = QueryBuilder().register("t", table)
+            found = pa.table(query.execute(f'SELECT count(*) AS "n" FROM "t" WHERE {test}'))
+        except Exception as exc:
+            raise _refuse(uri, column.name, column.text, f"delta-rs fails on it ({exc})") from exc
+        if found.column(0)[0].as_py():
+            raise _refuse(
+                uri,
+                column.name,
+                column.text,
+                f"{found.column(0)[0].as_py()} row(s) of the target hold Spark's value where "
+                f"delta-rs computes another, and a {spec.mode} rewrites rows, each checked "
+                "by delta-rs against its own value (the commit would fail on every try; "
+                "mode='append' or 'insert' writes no existing row again)",
+            )
 
 
 def check_generated(table: DeltaTable | None, data: pa.Table, spec: MergeSpec, uri: str) -> None:

@@ -35,7 +35,7 @@ from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
 from .compaction import auto_compact, compact_after_commit
 from .constraints import ConstraintJudge
-from .features import refuse_unwritable, without_evolution
+from .features import definition_takes, refuse_unwritable
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
@@ -270,8 +270,7 @@ class TargetWriter(TargetLog):
                 return self._result(version, data, created, start, inserted=created[1])
             table = self.open()
             assert table is not None
-        refuse_unwritable(table, self.uri)  # not a conflict to retry: delta-rs would fail
-        spec = without_evolution(table, data, spec, self.uri)  # this snapshot's definition
+        spec = definition_takes(table, data, spec, self.uri)  # refused, not a lost race
         self.constraints.check(table, data, spec, versions=versions or [version], app_id=app_id)
         marker = txn_version(table, app_id)
         if marker is not None and marker >= version:

@@ -47,8 +47,9 @@ from deltalake.transaction import AddAction, RemoveAction
 from deltasink._version import __version__
 from deltasink.backends.deltalog.commits import now_ms, post_commit_hooks
 from deltasink.backends.deltalog.tables import arrow_schema
+from deltasink.errors import UnsupportedTableFeatureError
 
-from .features import refuse_timestamp_partitions
+from .features import REWRITTEN_PATHS, refuse_timestamp_partitions, rewritten_paths
 from .files import File, Lost, files_of, unreadable
 
 __all__ = ["COMMIT_ATTEMPTS", "commit_swap", "metrics", "parameters"]
@@ -149,6 +150,14 @@ def commit_swap(
         partition_by = table.metadata().partition_columns
         uri = str(table.table_uri)
         refuse_timestamp_partitions(arrow_schema(table), partition_by, uri, creating=False)
+        if set(rewritten_paths(table)) & {f.path for f in files}:  # it would keep them live
+            raise UnsupportedTableFeatureError(
+                f"the compaction of {uri} would remove files whose logged paths delta-rs "
+                "writes otherwise (characters Spark leaves unencoded), and they would stay "
+                "live beside their copies; compact it with Spark's OPTIMIZE",
+                table=uri,
+                features=[REWRITTEN_PATHS],
+            )
     planned = _shape(table)
     wanted = set(files)
     for _ in range(COMMIT_ATTEMPTS):
