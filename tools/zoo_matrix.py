@@ -2,6 +2,7 @@
 
     python -m tools.zoo_matrix                 # run the zoo (CI size, fresh seed), rewrite the matrix
     python -m tools.zoo_matrix report.json     # the matrix of a run's report
+    python -m tools.zoo_matrix a.json b.json   # of several runs (counts added up)
     DELTASINK_SEED=<n> python -m tools.zoo_matrix   # a given seed
 
 A run writes its report with ``DELTASINK_ZOO_REPORT=<file>``. Each row is a feature (or
@@ -43,16 +44,44 @@ def cell(counts: dict[str, int]) -> str:
     return ", ".join(parts) or "(no case)"
 
 
+def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' reports as one: cells and refusal reasons added up, the runs listed."""
+    cells: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    refusals: dict[str, int] = defaultdict(int)
+    for report in reports:
+        for entry in report["cells"]:
+            key = (entry["feature"], entry["mode"], entry["engine"])
+            for k, v in entry.items():
+                if k not in ("feature", "mode", "engine"):
+                    cells[key][k] += v
+        for reason, n in report.get("refusals", {}).items():
+            refusals[reason] += n
+    return {
+        "runs": [r["run"] for r in reports],
+        "cells": [{"feature": f, "mode": m, "engine": e, **c} for (f, m, e), c in cells.items()],
+        "refusals": dict(sorted(refusals.items(), key=lambda kv: -kv[1])),
+        "differences": {
+            k: sum(r["differences"].get(k, 0) for r in reports)
+            for k in {k for r in reports for k in r["differences"]}
+        },
+    }
+
+
 def matrix(report: dict[str, Any]) -> str:
-    """The markdown table of ``report`` (per feature and mode, per engine)."""
+    """The markdown table of ``report`` (per feature and mode, per engine; one run's
+    report or :func:`merged`'s), then why the engines refused."""
     rows: dict[tuple[str, str], dict[str, dict[str, int]]] = defaultdict(dict)
     for entry in report["cells"]:
         counts = {k: v for k, v in entry.items() if k not in ("feature", "mode", "engine")}
         rows[entry["feature"], entry["mode"]][entry["engine"]] = counts
-    run = report["run"]
+    runs = report.get("runs") or [report["run"]]
+    seeds = ", ".join(str(r["seed"]) for r in runs)
+    cases = sum(r["cases"] for r in runs)
+    tables = sum(r["definitions"] for r in runs)
     lines = [
-        f"Seed {run['seed']}: {run['cases']} cases (table, mode, batches) over "
-        f"{run['definitions']} tables, each through both engines and plain delta-spark.",
+        f"Seed{'s' * (len(runs) > 1)} {seeds}: {cases} cases (table, mode, batches) over "
+        f"{tables} tables, each through both engines and plain delta-spark; "
+        f"{sum(report['differences'].values())} differences.",
         "",
         "| feature (table made by delta-spark) | mode | embedded engine | spark engine |",
         "|---|---|---|---|",
@@ -60,6 +89,10 @@ def matrix(report: dict[str, Any]) -> str:
     for (feature, mode), engines in sorted(rows.items()):
         cells = " | ".join(cell(engines.get(e, {})) for e in ENGINES)
         lines.append(f"| {feature} | {mode} | {cells} |")
+    if report.get("refusals"):
+        lines += ["", "Why (the refusal's message, cases):", ""]
+        for reason, n in report["refusals"].items():
+            lines.append(f"- {reason.replace('|', '/')} ({n})")
     return "\n".join(lines)
 
 
@@ -86,7 +119,8 @@ def run_zoo() -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    report = json.loads(Path(argv[0]).read_text()) if argv else run_zoo()
+    reports = [json.loads(Path(a).read_text()) for a in argv] or [run_zoo()]
+    report = reports[0] if len(reports) == 1 else merged(reports)
     text = matrix(report)
     write_doc(text)
     print(text)
