@@ -333,6 +333,36 @@ def test_a_coalesced_commit_never_applies_a_version_another_writer_committed(
     assert support.marker(target, "app") == 2
 
 
+@pytest.mark.parametrize("engine", sliced(["embedded", "spark"], ("embedded",)))
+def test_a_running_sinks_status_shows_a_plain_delta_txn_write_of_its_app(
+    delta_spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """A sink commits versions 0..2; plain delta-spark then writes with ``txnAppId`` =
+    the sink's app and ``txnVersion=3`` (a migrated job's idempotent write). The running
+    sink's ``status()``, ``offsets()`` and ``history()`` read the target as a new
+    process does (``deltasink status``): committed version 3 (it said 2 on the embedded
+    engine, answering from its own last commit). ``write(3)`` then writes nothing,
+    ``write(4)`` writes."""
+    target = str(tmp_path / "t")
+    extra = {"spark": delta_spark} if engine == "spark" else {}
+    writer = DeltaSink(target, "A", MergeSpec(keys=["id"]), engine=engine, **extra)
+    for version in range(3):
+        writer.write(id_rows(version), version)
+    assert writer.status().committed_version == 2
+    foreign_commit(delta_spark, target, "A", 3)
+    fresh = DeltaSink(target, "A", engine="embedded")
+    assert fresh.status().committed_version == 3
+    status = writer.status()
+    assert (status.committed_version, status.pending_versions) == (3, [])
+    assert writer.offsets().version == 3
+    assert [e.version for e in writer.history()] == [e.version for e in fresh.history()]
+    assert writer.write(id_rows(3), 3).results == ()
+    assert support.ids(target) == [1, 2, 11, 12, 21, 22, 31, 32]  # version 3 once
+    assert writer.write(id_rows(4), 4).committed_versions == [4]
+    assert support.ids(target) == [1, 2, 11, 12, 21, 22, 31, 32, 41, 42]
+    assert writer.status().committed_version == support.marker(target, "A") == 4
+
+
 @FULL
 def test_a_foreign_commit_inside_the_last_moment_stops_the_writer_loudly(
     delta_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
