@@ -66,8 +66,11 @@ class MergeSpec:
       that replaces the earlier event.
 
     Args:
-        keys: Columns identifying a row. Required for ``upsert`` and ``insert``; they
-            must be present and non-null in every batch.
+        keys: Columns identifying a row. Required for ``upsert``, ``insert`` and
+            ``scd2``; they must be present and non-null in every batch. A single
+            string is one column: ``keys="order_id"`` means ``keys=("order_id",)``
+            (stored as a tuple either way); a string with a comma is refused, since
+            ``"a, b"`` could mean two keys (pass ``keys=["a", "b"]``).
         mode: One of ``"upsert"``, ``"insert"``, ``"append"``, ``"replace"``.
         sequence_by: A column ordering the versions of a key (an event time or a
             sequence number). Within a batch the row with the highest value per key
@@ -160,7 +163,7 @@ class MergeSpec:
     target_predicate: str | None = None
 
     def __post_init__(self) -> None:
-        keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
+        keys = rules.key_names(self.keys)
         object.__setattr__(self, "keys", keys)
         for attr in ("update_columns", "except_columns", "replace_by", "history_columns"):
             value = getattr(self, attr)
