@@ -363,6 +363,42 @@ def test_a_running_sinks_status_shows_a_plain_delta_txn_write_of_its_app(
     assert writer.status().committed_version == support.marker(target, "A") == 4
 
 
+@FULL  # make test: tests/test_first_contact.py's embedded cases (the check is shared)
+@pytest.mark.parametrize("engine", ["spark", "embedded"])
+def test_a_batch_lacking_a_target_column_is_refused_unless_the_spec_allows_it(
+    delta_spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """As Delta's MERGE without schema evolution: an upsert batch without the target's
+    ``v`` is refused by name before anything is staged; with
+    ``allow_missing_columns=True`` the inserted row gets null, the matched one keeps its
+    ``v``. The target written by plain delta-spark, with a generated column the batch
+    may lack (Delta computes it)."""
+    from deltasink import SchemaMismatchError
+
+    target = str(tmp_path / "t")
+    delta_spark.sql(
+        f"CREATE TABLE delta.`{target}` (id BIGINT, v STRING, "
+        "g BIGINT GENERATED ALWAYS AS (id * 10)) USING delta"
+    )
+    delta_spark.sql(f"INSERT INTO delta.`{target}` (id, v) VALUES (1, 'a'), (2, 'b')")
+    extra = {"spark": delta_spark} if engine == "spark" else {}
+    writer = DeltaSink(target, "m", MergeSpec(keys=["id"]), engine=engine, **extra)
+    subset = pa.table({"id": pa.array([2, 3], pa.int64())})
+    with pytest.raises(SchemaMismatchError) as raised:
+        writer.write(subset, 0)
+    assert str(raised.value).startswith(f"the batch lacks column(s) ['v'] of target {target}: ")
+    assert raised.value.column == "v"
+    assert writer.status().pending_versions == []
+    assert support.marker(target, "m") is None
+    spec = MergeSpec(keys=["id"], allow_missing_columns=True)
+    DeltaSink(target, "m", spec, engine=engine, **extra).write(subset, 0)
+    assert sorted(tuple(r) for r in delta_spark.read.format("delta").load(target).collect()) == [
+        (1, "a", 10),
+        (2, "b", 20),
+        (3, None, 30),
+    ]
+
+
 @FULL
 def test_a_foreign_commit_inside_the_last_moment_stops_the_writer_loudly(
     delta_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
