@@ -8,6 +8,7 @@ twin of the missing-column refusal is in tests/test_any_writer.py."""
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import pyarrow as pa
@@ -18,8 +19,10 @@ from deltasink import (
     ConfigurationError,
     DeltaSink,
     MergeSpec,
+    ReplayWarning,
     SchemaMismatchError,
 )
+from deltasink._faults import armed
 from deltasink.ops.layout import PROP_SPEC
 from tests import support
 
@@ -165,6 +168,52 @@ def test_turning_allow_missing_columns_on_with_versions_pending_is_not_a_spec_ch
     assert table_rows(target) == [{"id": 1, "a": "a", "b": "b"}, {"id": 2, "a": "c", "b": None}]
 
 
+# -- a write of a committed version -------------------------------------------------------
+
+
+def test_rewriting_a_committed_version_with_other_rows_warns_where_logging_is_silent(
+    target: str,
+) -> None:
+    """The README's snippet configures no logging: the replay says so through
+    :mod:`warnings`, attributed to the caller's line, and writes nothing."""
+    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]))
+    sink.write(rows(id=[1], v=["first"]), 0)
+    with pytest.warns(ReplayWarning) as caught:
+        report = sink.write(rows(id=[1, 2], v=["second", "x"]), 0)
+    assert report.results == ()
+    assert [str(w.message) for w in caught] == [
+        "version 0 of app 'a' is already committed (the target's marker); nothing was "
+        "written. A re-run after a crash is this case. If this batch holds new rows, "
+        "write it as a new version: a version is never applied twice, whatever rows it "
+        "carries."
+    ]
+    assert caught[0].filename == __file__
+    assert table_rows(target) == [{"id": 1, "v": "first"}]
+
+
+def test_an_older_version_sent_again_warns_and_writes_nothing(target: str) -> None:
+    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]))
+    sink.write(rows(id=[1], v=["a"]), 0)
+    sink.write(rows(id=[2], v=["b"]), 1)
+    with pytest.warns(ReplayWarning, match="below the committed version 1") as caught:
+        assert sink.pre_commit(rows(id=[3], v=["c"]), 0).state == "already_committed"
+    assert str(caught[0].message).startswith(
+        "version 0 of app 'a' is below the committed version 1: an older batch sent again, "
+        "or versions that went backwards; nothing was written (on_stale='skip')."
+    )
+    assert support.ids(target) == [1, 2]
+
+
+def test_a_streams_replay_of_its_last_batch_does_not_warn(target: str) -> None:
+    """A ``foreachBatch`` replay of the last batch after a restart is the stream's
+    normal course: no warning."""
+    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]))
+    sink.write(rows(id=[1], v=["a"]), 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReplayWarning)
+        assert sink._write(rows(id=[1], v=["a"]), 0, replays_last_only=True).results == ()
+
+
 # -- keys as one string -------------------------------------------------------------------
 
 
@@ -190,3 +239,58 @@ def test_keys_given_as_one_string_with_a_comma_is_refused_by_name() -> None:
         "one column whose name holds a comma: keys=['order_id, line'])."
     )
     assert MergeSpec(keys=["order_id, line"]).keys == ("order_id, line",)
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------
+
+
+def interrupt(**_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_after_the_commit_says_the_version_is_committed(target: str) -> None:
+    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]))
+    with (
+        armed("publish.after_target_commit", interrupt),
+        pytest.raises(KeyboardInterrupt) as raised,
+    ):
+        sink.write(rows(id=[1], v=["a"]), 0)
+    assert raised.value.__notes__ == [
+        "deltasink: interrupted in write() of app 'a', version 0. As read right after the "
+        "interrupt, version 0 is committed (the target's txn marker says so) (a commit "
+        "still in flight on the engine may land after this). Re-running write(batch, 0) "
+        "with the same batch is safe: a no-op if committed, a resume if staged."
+    ]
+    with pytest.warns(ReplayWarning):
+        assert sink.write(rows(id=[1], v=["a"]), 0).results == ()
+    assert table_rows(target) == [{"id": 1, "v": "a"}]
+
+
+def test_ctrl_c_before_the_commit_says_what_is_staged(target: str) -> None:
+    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]))
+    sink.write(rows(id=[1], v=["a"]), 0)
+    sink.pre_commit(rows(id=[2], v=["b"]), 1)
+    with (
+        armed("publish.before_target_commit", interrupt),
+        pytest.raises(KeyboardInterrupt) as raised,
+    ):
+        sink.commit(1)
+    (note,) = raised.value.__notes__
+    assert "version 1 is staged, not committed yet" in note
+    assert note.endswith("Re-running commit(1) or recover() is safe.")
+    with armed("stage.before_write", interrupt), pytest.raises(KeyboardInterrupt) as raised:
+        sink.write(rows(id=[3], v=["c"]), 2)
+    assert "version 2 is neither staged nor committed" in raised.value.__notes__[0]
+    assert sink.write(rows(id=[3], v=["c"]), 2).committed_versions == [1, 2]
+    assert support.ids(target) == [1, 2, 3]
+
+
+def test_system_exit_from_a_sigterm_handler_carries_the_note_too(target: str) -> None:
+    def exit_now(**_: object) -> None:
+        raise SystemExit(143)
+
+    sink = DeltaSink(target, "a", MergeSpec(keys=["id"]))
+    with armed("publish.after_target_commit", exit_now), pytest.raises(SystemExit) as raised:
+        sink.write(rows(id=[1], v=["a"]), 0)
+    assert raised.value.code == 143
+    assert "version 0 is committed" in raised.value.__notes__[0]
