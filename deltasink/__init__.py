@@ -54,6 +54,7 @@ from deltasink.errors import (
     UnverifiableChecksError,
 )
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
+from deltasink.notices import ReplayWarning
 from deltasink.ops.history import HistoryEntry
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
@@ -95,6 +96,7 @@ __all__ = [
     "NotADeltaTableError",
     "QuarantinedError",
     "ReplayMismatchError",
+    "ReplayWarning",
     "SchemaMismatchError",
     "SinkGroup",
     "SinkStatus",

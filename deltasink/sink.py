@@ -76,9 +76,9 @@ class DeltaSink(StreamWriting, SinkOperations):
             :attr:`MergeSpec.coalescable`) always commit one by one.
         on_stale: A ``write``/``pre_commit`` of a version *below* the committed one
             (an old batch sent again, or versions that went backwards; a replay of the
-            last committed version is normal after a crash and always a silent no-op):
-            ``"skip"`` it, writing nothing, with a warning (default), or ``"raise"``
-            :class:`~deltasink.errors.AlreadyCommittedError`, also writing nothing.
+            last committed version is normal after a crash: nothing written, with a
+            :class:`~deltasink.ReplayWarning`): ``"skip"`` it, writing nothing, with a
+            ``ReplayWarning`` (default), or ``"raise"`` ``AlreadyCommittedError``.
         max_commit_attempts: Attempts per target commit when concurrent writers
             conflict (Delta optimistic concurrency), with jittered backoff.
         engine: Who makes the Delta commits: ``"embedded"`` (delta-rs; any Spark

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from deltasink.backends.ports import CommitPort, MaintenancePort
-from deltasink.core.committables import GcResult
+from deltasink.core.committables import GcResult, LogState
 from deltasink.core.protocol import TwoPhaseCommit
 from deltasink.errors import ConfigurationError
 from deltasink.failures import named_storage_errors
@@ -68,7 +68,7 @@ class SinkOperations:
         rows out by itself). ``exact`` is false when the newest version recorded no
         origin (a batch job's write): the positions are then older than it.
         """
-        return self._origins.resume_point(self._core.state())
+        return self._origins.resume_point(self._fresh_state())
 
     @named_storage_errors
     def status(self, *, with_origin: bool = False) -> SinkStatus:
@@ -78,7 +78,7 @@ class SinkOperations:
             with_origin: Also read the origin of the newest commit that recorded one
                 (:attr:`SinkStatus.origin`; one read of the target's recent history).
         """
-        state = self._core.state()
+        state = self._fresh_state()
         pending = state.pending
         lag = time.time() - pending[0].staged_at.timestamp() if pending else None
         record_pending(self.app_id, len(pending), lag)
@@ -97,6 +97,13 @@ class SinkOperations:
             quarantined=dict(state.quarantined),
             origin=self._last_origin(state.committed_version) if with_origin else None,
         )
+
+    def _fresh_state(self) -> LogState:
+        """The state as a new process (``deltasink status``) reads it: what this sink
+        assumes from its own commits is dropped first (another writer, e.g. plain Delta
+        with this app's ``txnAppId``, may have moved the target's marker)."""
+        self._backend.refresh()
+        return self._core.state()
 
     def _last_origin(self, committed: int | None) -> BatchOrigin | None:
         """The origin of the newest committed version that recorded one."""

@@ -333,6 +333,72 @@ def test_a_coalesced_commit_never_applies_a_version_another_writer_committed(
     assert support.marker(target, "app") == 2
 
 
+@pytest.mark.parametrize("engine", sliced(["embedded", "spark"], ("embedded",)))
+def test_a_running_sinks_status_shows_a_plain_delta_txn_write_of_its_app(
+    delta_spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """A sink commits versions 0..2; plain delta-spark then writes with ``txnAppId`` =
+    the sink's app and ``txnVersion=3`` (a migrated job's idempotent write). The running
+    sink's ``status()``, ``offsets()`` and ``history()`` read the target as a new
+    process does (``deltasink status``): committed version 3 (it said 2 on the embedded
+    engine, answering from its own last commit). ``write(3)`` then writes nothing,
+    ``write(4)`` writes."""
+    target = str(tmp_path / "t")
+    extra = {"spark": delta_spark} if engine == "spark" else {}
+    writer = DeltaSink(target, "A", MergeSpec(keys=["id"]), engine=engine, **extra)
+    for version in range(3):
+        writer.write(id_rows(version), version)
+    assert writer.status().committed_version == 2
+    foreign_commit(delta_spark, target, "A", 3)
+    fresh = DeltaSink(target, "A", engine="embedded")
+    assert fresh.status().committed_version == 3
+    status = writer.status()
+    assert (status.committed_version, status.pending_versions) == (3, [])
+    assert writer.offsets().version == 3
+    assert [e.version for e in writer.history()] == [e.version for e in fresh.history()]
+    assert writer.write(id_rows(3), 3).results == ()
+    assert support.ids(target) == [1, 2, 11, 12, 21, 22, 31, 32]  # version 3 once
+    assert writer.write(id_rows(4), 4).committed_versions == [4]
+    assert support.ids(target) == [1, 2, 11, 12, 21, 22, 31, 32, 41, 42]
+    assert writer.status().committed_version == support.marker(target, "A") == 4
+
+
+@FULL  # make test: tests/test_first_contact.py's embedded cases (the check is shared)
+@pytest.mark.parametrize("engine", ["spark", "embedded"])
+def test_a_batch_lacking_a_target_column_is_refused_unless_the_spec_allows_it(
+    delta_spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """As Delta's MERGE without schema evolution: an upsert batch without the target's
+    ``v`` is refused by name before anything is staged; with
+    ``allow_missing_columns=True`` the inserted row gets null, the matched one keeps its
+    ``v``. The target written by plain delta-spark, with a generated column the batch
+    may lack (Delta computes it)."""
+    from deltasink import SchemaMismatchError
+
+    target = str(tmp_path / "t")
+    delta_spark.sql(
+        f"CREATE TABLE delta.`{target}` (id BIGINT, v STRING, "
+        "g BIGINT GENERATED ALWAYS AS (id * 10)) USING delta"
+    )
+    delta_spark.sql(f"INSERT INTO delta.`{target}` (id, v) VALUES (1, 'a'), (2, 'b')")
+    extra = {"spark": delta_spark} if engine == "spark" else {}
+    writer = DeltaSink(target, "m", MergeSpec(keys=["id"]), engine=engine, **extra)
+    subset = pa.table({"id": pa.array([2, 3], pa.int64())})
+    with pytest.raises(SchemaMismatchError) as raised:
+        writer.write(subset, 0)
+    assert str(raised.value).startswith(f"the batch lacks column(s) ['v'] of target {target}: ")
+    assert raised.value.column == "v"
+    assert writer.status().pending_versions == []
+    assert support.marker(target, "m") is None
+    spec = MergeSpec(keys=["id"], allow_missing_columns=True)
+    DeltaSink(target, "m", spec, engine=engine, **extra).write(subset, 0)
+    assert sorted(tuple(r) for r in delta_spark.read.format("delta").load(target).collect()) == [
+        (1, "a", 10),
+        (2, "b", 20),
+        (3, None, 30),
+    ]
+
+
 @FULL
 def test_a_foreign_commit_inside_the_last_moment_stops_the_writer_loudly(
     delta_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -450,8 +450,17 @@ CASES = [
         setup=STRING_TARGET,
         spec=EVOLVE,
     ),
+    rejected(
+        "missing-column-refused-by-name",
+        table(id=[1, 3], a=["A1", "A3"]),
+        SchemaMismatchError,
+        r"the batch lacks column\(s\) \['b'\] of target .*"
+        r"set MergeSpec\(allow_missing_columns=True\)",
+        "b",
+        setup=(table(id=[1, 2], a=["a1", "a2"], b=["b1", "b2"]),),
+    ),
     accepted(
-        "missing-column-keeps-the-target-value",
+        "missing-column-allowed-keeps-the-target-value",
         table(id=[1, 3], a=["A1", "A3"]),
         [
             {"id": 1, "a": "A1", "b": "b1"},
@@ -459,6 +468,7 @@ CASES = [
             {"id": 3, "a": "A3", "b": None},
         ],
         setup=(table(id=[1, 2], a=["a1", "a2"], b=["b1", "b2"]),),
+        spec=MergeSpec(keys=["id"], allow_missing_columns=True),
     ),
 ]
 

@@ -240,6 +240,8 @@ class Run:
             options["replace_by"] = self.keys
         if options["mode"] not in ("append", "replace"):
             options["keys"] = self.keys
+            # the histories send batches without a column a "mixed" version added
+            options["allow_missing_columns"] = True
         self.spec = MergeSpec(**options)
         self.target = tempfile.mkdtemp(dir=ROOT) + "/target"
         self.coalesce = coalesce

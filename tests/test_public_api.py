@@ -76,6 +76,12 @@ def test_stream_identity_errors_are_exported() -> None:
     assert callable(DeltaSink.offsets)
 
 
+def test_replay_warning_is_exported_and_a_user_warning() -> None:
+    """Issue 44: a write of a committed version says so through :mod:`warnings`."""
+    assert issubclass(deltasink.ReplayWarning, UserWarning)
+    assert "ReplayWarning" in deltasink.__all__
+
+
 def test_the_library_logger_has_a_null_handler_and_propagates() -> None:
     """As libraries do: no output of deltasink's own (no last-resort handler printing
     to stderr); the application's logging configuration receives every record."""

@@ -227,10 +227,11 @@ BAD_INPUT = {
     ),
     "duplicate-key": (
         UPSERT,
-        [(1, "a"), (1, "b"), (2, "c")],
-        "id long, value string",
+        [(1, "a", 1), (1, "b", 2), (2, "c", 3)],
+        "id long, value string, n long",
         DuplicateKeyError,
     ),
+    "missing-column": (UPSERT, [(1, "a")], "id long, value string", SchemaMismatchError),
     "type-mismatch": (
         UPSERT,
         [(1, "x", "not a number")],

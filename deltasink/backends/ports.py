@@ -33,6 +33,14 @@ class CommitPort(Participant[object], SupportsFencing, Protocol):
     #: ``embedded`` or ``spark``.
     name: str
 
+    def refresh(self) -> None:
+        """Make the next ``read_state`` read both logs as a new process would, without
+        what this process assumes from its own commits (``status()`` and ``offsets()``
+        call it: another writer, e.g. plain Delta with this app's ``txnAppId``, may
+        have moved the target's marker). The commit path does not need it: each
+        target commit reads the marker again in the snapshot it commits on."""
+        ...
+
     def recorded_spec(self) -> MergeSpec | None:
         """The MergeSpec recorded in the staging table, if any (as of the last
         ``read_state``, when there was one: ``status()`` reads each log once)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from deltasink.core.committables import LogState, StagedVersion
 from deltasink.errors import (
@@ -113,8 +114,12 @@ def refuse_spec_change(
     version: int,
 ) -> None:
     """Refuse staging with ``spec`` while versions staged with another one are pending
-    (they are committed with the spec they were staged with)."""
-    if recorded is None or recorded == spec or not pending:
+    (they are committed with the spec they were staged with). ``allow_missing_columns``
+    alone may change: it decides which batches are staged, not how staged versions
+    are published."""
+    if recorded is None or not pending:
+        return
+    if replace(recorded, allow_missing_columns=spec.allow_missing_columns) == spec:
         return
     raise ConfigurationError(
         f"versions {[s.version for s in pending]} of app {app_id!r} were staged with "

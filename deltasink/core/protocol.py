@@ -41,6 +41,7 @@ from deltasink.core.committables import (
 )
 from deltasink.core.direct import audit_passes, publish_directly
 from deltasink.core.guards import MarkGuard
+from deltasink.core.interrupts import Interrupted, noted_interrupt
 from deltasink.core.participant import (
     DiscardReason,
     Participant,
@@ -55,6 +56,7 @@ from deltasink.errors import (
     AlreadyCommittedError,
     InvalidVersionError,
 )
+from deltasink.notices import ReplayWarning, warn_caller
 
 __all__ = [
     "MAX_VERSION",
@@ -135,7 +137,8 @@ class TwoPhaseCommit(PublishRun[B]):
                 ``on_stale="raise"``.
         """
         v = check_version(version)
-        return self._pre_commit(batch, v, self._read())
+        with noted_interrupt(Interrupted("pre_commit", self.app_id, v), self._read):
+            return self._pre_commit(batch, v, self._read())
 
     def _pre_commit(
         self,
@@ -145,13 +148,15 @@ class TwoPhaseCommit(PublishRun[B]):
         *,
         through: bool = False,
         origin: str | None = None,
+        expected_replay: bool = False,
     ) -> Committable:
         """Stage ``batch`` as ``v`` unless ``state`` has it already. ``through``: for
         ``write()``, which publishes it next; a participant that
         :class:`SupportsDirectPublish` then stages it as :class:`Prepared` carrying that
-        and ``origin``."""
+        and ``origin``. ``expected_replay``: a committed ``v`` is a source's normal
+        replay (a stream's last batch), without a :class:`ReplayWarning`."""
         if state.is_committed(v):
-            self._stale(v, state.committed_version)
+            self._stale(v, state.committed_version, warn=not expected_replay)
             return Committable(self.app_id, v, 0, None, "already_committed")
         existing = state.find(v)
         if existing is not None:
@@ -184,10 +189,23 @@ class TwoPhaseCommit(PublishRun[B]):
         self._spent(v, "stage", time.perf_counter() - start)
         return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
 
-    def _stale(self, version: int, committed: int | None) -> None:
-        """The ``on_stale`` policy for a version the target's marker already covers."""
+    def _stale(self, version: int, committed: int | None, *, warn: bool = True) -> None:
+        """The ``on_stale`` policy for a version the target's marker already covers,
+        and the :class:`ReplayWarning` (with ``warn``) saying nothing was written."""
         if committed is None or version >= committed:
-            return  # a replay of the last committed version: the normal case
+            # a replay of the last committed version: normal after a crash
+            logger.info(
+                "version %s of app %r is already committed; nothing written", version, self.app_id
+            )
+            if warn:
+                warn_caller(
+                    f"version {version} of app {self.app_id!r} is already committed (the "
+                    "target's marker); nothing was written. A re-run after a crash is this "
+                    "case. If this batch holds new rows, write it as a new version: a "
+                    "version is never applied twice, whatever rows it carries.",
+                    ReplayWarning,
+                )
+            return
         message = (
             f"version {version} of app {self.app_id!r} is below the committed version "
             f"{committed}: an older batch sent again, or versions that went backwards"
@@ -197,6 +215,12 @@ class TwoPhaseCommit(PublishRun[B]):
                 message + "; nothing was written.", app_id=self.app_id, version=version
             )
         logger.warning("%s; dropped without writing (on_stale='skip')", message)
+        if warn:
+            warn_caller(
+                f"{message}; nothing was written (on_stale='skip'). If this batch holds new "
+                "rows, write it as a new version above the committed one.",
+                ReplayWarning,
+            )
 
     def commit(self, up_to: object, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: publish every pending version ≤ ``up_to``, in ascending order.
@@ -213,7 +237,8 @@ class TwoPhaseCommit(PublishRun[B]):
                 was committed.
         """
         limit = check_version(up_to, what="up_to")
-        return self._run(limit, recovering=False, progress=progress)
+        with noted_interrupt(Interrupted("commit", self.app_id, limit), self._read):
+            return self._run(limit, recovering=False, progress=progress)
 
     def write(
         self,
@@ -252,15 +277,31 @@ class TwoPhaseCommit(PublishRun[B]):
         versions ahead of it are published first (coalesced with it when possible).
 
         Raises:
-            As :meth:`pre_commit` and :meth:`commit`.
+            As :meth:`pre_commit` and :meth:`commit`. A ``KeyboardInterrupt`` or
+            ``SystemExit`` inside carries a note saying what the logs then hold of the
+            version (:mod:`deltasink.core.interrupts`).
         """
         v = check_version(version)
+        with noted_interrupt(Interrupted("write", self.app_id, v), self._read) as call:
+            return self._write(batch, v, progress, replays_last_only, origin, place, call)
+
+    def _write(
+        self,
+        batch: B,
+        v: int,
+        progress: Progress | None,
+        replays_last_only: bool,
+        origin: str | None,
+        place: Callable[[LogState], Placement] | None,
+        call: Interrupted,
+    ) -> CommitReport:
         participant = self.participant
         state = self._read()
         committed = state.committed_version
         if place is not None:
             placement = place(state)
             v, origin, batch = check_version(placement.version), placement.origin, placement.batch
+            call.version = v
             if placement.replay and state.is_committed(v):
                 return self._run(v, recovering=False, progress=progress)
         if replays_last_only and committed is not None and v < committed:
@@ -297,7 +338,9 @@ class TwoPhaseCommit(PublishRun[B]):
             participant.stage_prepared(prepared)  # the gate audits again, quarantines
             self._spent(v, "stage", time.perf_counter() - start)
             return self._run(v, recovering=False, progress=progress)
-        self._pre_commit(batch, v, state, through=True, origin=origin)
+        self._pre_commit(
+            batch, v, state, through=True, origin=origin, expected_replay=replays_last_only
+        )
         return self._run(v, recovering=False, progress=progress)
 
     def recover(self, *, progress: Progress | None = None) -> CommitReport:

@@ -8,7 +8,7 @@ refused), and one row per key (or the latest row per key with ``sequence_by``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -29,7 +29,7 @@ from .keys import check_unique, latest_per_key, normalise_keys
 from .rows import arrow_frame, check_row_predicates, flag_arrow
 from .sql import DELETE_COLUMN
 
-__all__ = ["SCD2_DUPLICATES", "check_required", "collect", "prepare"]
+__all__ = ["SCD2_DUPLICATES", "check_missing_columns", "check_required", "collect", "prepare"]
 
 #: The advice of an ``scd2`` batch's :class:`DuplicateKeyError`.
 SCD2_DUPLICATES = (
@@ -132,6 +132,58 @@ def check_required(table: pa.Table, spec: MergeSpec) -> None:
         )
 
 
+#: What a batch lacking a target column would do, by mode (the modes that refuse it).
+_MISSING_EFFECT = {
+    "upsert": "inserted rows would get null there and matched rows keep their old values",
+    "insert": "inserted rows would get null there",
+    "scd2": "new history rows would get null there",
+}
+
+
+def check_missing_columns(
+    columns: Collection[str],
+    target_schema: pa.Schema | None,
+    spec: MergeSpec,
+    *,
+    table: str,
+    computed: Collection[str] = (),
+) -> None:
+    """Refuse an ``upsert``, ``insert`` or ``scd2`` batch with ``columns`` that lacks a
+    column of ``target_schema`` (the schema it is published into), unless
+    ``spec.allow_missing_columns`` or ``spec.schema_evolution``: as Delta's MERGE, which
+    refuses it without schema evolution (its ``UPDATE SET *`` / ``INSERT *`` find no
+    source column) and takes it with (null for inserted rows, matched rows kept). Columns the
+    writer fills itself (``computed``: generated, default and identity columns; the
+    ``scd2`` history columns) are not missing. ``append`` and ``replace`` take a subset,
+    as Delta's DataFrame writes do.
+
+    Raises:
+        SchemaMismatchError: Naming the missing columns and the way out.
+    """
+    effect = _MISSING_EFFECT.get(spec.mode)
+    if effect is None or target_schema is None:
+        return
+    if spec.allow_missing_columns or spec.schema_evolution:
+        return
+    own = {*computed, *(spec.history if spec.mode == "scd2" else ())}
+    present = set(columns)
+    missing = [
+        f.name
+        for f in target_schema
+        if f.name not in present and f.name not in own and f.name != DELETE_COLUMN
+    ]
+    if not missing:
+        return
+    raise SchemaMismatchError(
+        f"the batch lacks column(s) {missing} of target {table}: with "
+        f"MergeSpec(mode={spec.mode!r}) {effect} (Delta's MERGE refuses such a batch). "
+        "Nothing was staged. Add the column(s) to the batch, or, if the batches carry a "
+        "subset of the columns on purpose, set MergeSpec(allow_missing_columns=True).",
+        table=table,
+        column=missing[0],
+    )
+
+
 def _check_history_columns(
     table: pa.Table, spec: MergeSpec, target_schema: pa.Schema | None, target: str
 ) -> None:
@@ -182,6 +234,7 @@ def prepare(
     *,
     target: str,
     blank: Sequence[str] = (),
+    computed: Collection[str] = (),
 ) -> pa.Table:
     """Validate a collected batch and shape it for staging.
 
@@ -193,6 +246,8 @@ def prepare(
         blank: The target's string partition columns (those of the ``TableSpec`` for a
             new one): a null key value there is the key ``''``
             (:func:`~deltasink.shapes.partitions.blank_keys`).
+        computed: The target's generated, default and identity columns, which a
+            batch may lack (:func:`check_missing_columns`).
 
     Returns:
         The staged form: target types, nullable fields, float keys normalised
@@ -201,7 +256,9 @@ def prepare(
         the delete flag last when ``delete_when`` is set.
 
     Raises:
-        KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc.
+        KeyColumnError, DuplicateKeyError, SchemaMismatchError: see the module doc; a
+            MERGE mode's batch lacking a target column without
+            ``allow_missing_columns`` (:func:`check_missing_columns`).
         InvalidKeyError: A float key is NaN.
     """
     check_required(table, spec)
@@ -216,6 +273,9 @@ def prepare(
             evolve=spec.schema_evolution,
             table=target,
             non_null_mask=None if flag is None else pc.invert(flag),
+        )
+        check_missing_columns(
+            data.column_names, target_schema, spec, table=target, computed=computed
         )
     else:
         data = to_delta_types(data, table=target)

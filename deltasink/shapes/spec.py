@@ -66,8 +66,11 @@ class MergeSpec:
       that replaces the earlier event.
 
     Args:
-        keys: Columns identifying a row. Required for ``upsert`` and ``insert``; they
-            must be present and non-null in every batch.
+        keys: Columns identifying a row. Required for ``upsert``, ``insert`` and
+            ``scd2``; they must be present and non-null in every batch. A single
+            string is one column: ``keys="order_id"`` means ``keys=("order_id",)``
+            (stored as a tuple either way); a string with a comma is refused, since
+            ``"a, b"`` could mean two keys (pass ``keys=["a", "b"]``).
         mode: One of ``"upsert"``, ``"insert"``, ``"append"``, ``"replace"``.
         sequence_by: A column ordering the versions of a key (an event time or a
             sequence number). Within a batch the row with the highest value per key
@@ -81,6 +84,17 @@ class MergeSpec:
         schema_evolution: Add batch columns that the target does not have yet
             (otherwise such a batch is rejected with a
             :class:`~deltasink.errors.SchemaMismatchError`).
+        allow_missing_columns: The batches carry a subset of the target's columns on
+            purpose (the name Spark's ``unionByName`` uses). Without it (default), an
+            ``upsert``, ``insert`` or ``scd2`` batch that lacks a column the target has
+            (other than a generated, default or identity column, or the ``scd2``
+            history columns) is refused by name before anything is staged, as Delta's
+            MERGE refuses it without schema evolution. With it (or with
+            ``schema_evolution``, as Delta's MERGE with schema evolution), inserted
+            rows get null there and matched rows keep their values. ``append`` and
+            ``replace`` always take a subset (null in the columns it lacks), as
+            Delta's DataFrame writes do. Versions staged before it was set (or by a
+            release without it) are published as they were staged.
         update_columns: Only for ``upsert``: a matched target row has only these
             columns set from the batch row; its other columns keep their values.
             Inserted rows still get every column of the batch. Must not name a key
@@ -149,6 +163,7 @@ class MergeSpec:
     sequence_by: str | None = None
     delete_when: str | None = None
     schema_evolution: bool = False
+    allow_missing_columns: bool = False
     update_columns: Sequence[str] | None = None
     except_columns: Sequence[str] | None = None
     when_not_matched_by_source: NotMatchedBySource = "ignore"
@@ -160,7 +175,7 @@ class MergeSpec:
     target_predicate: str | None = None
 
     def __post_init__(self) -> None:
-        keys = (self.keys,) if isinstance(self.keys, str) else tuple(self.keys)
+        keys = rules.key_names(self.keys)
         object.__setattr__(self, "keys", keys)
         for attr in ("update_columns", "except_columns", "replace_by", "history_columns"):
             value = getattr(self, attr)
@@ -221,10 +236,10 @@ class MergeSpec:
         rules.check_partial_update(self, keys)
         rules.check_not_matched_by_source(self)
         rules.check_replace(self)
-        if not isinstance(self.null_safe_keys, bool):
-            raise ConfigurationError(
-                f"MergeSpec.null_safe_keys must be True or False, got {self.null_safe_keys!r}."
-            )
+        for flag in ("null_safe_keys", "allow_missing_columns"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"MergeSpec.{flag} must be True or False, got {value!r}.")
         if self.null_safe_keys and not keys:
             raise ConfigurationError(
                 "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
@@ -372,4 +387,5 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "null_safe_keys": False,
     "history_columns": None,
     "target_predicate": None,
+    "allow_missing_columns": False,
 }

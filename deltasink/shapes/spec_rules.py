@@ -23,6 +23,7 @@ __all__ = [
     "check_partial_update",
     "check_replace",
     "check_target_predicate",
+    "key_names",
 ]
 
 #: What an ``upsert`` does to target rows whose key is not in the batch.
@@ -30,6 +31,26 @@ NotMatchedBySource = Literal["ignore", "delete"]
 
 #: ``scd2`` history columns when ``MergeSpec.history_columns`` is not given.
 DEFAULT_HISTORY_COLUMNS = ("valid_from", "valid_to", "is_current")
+
+
+def key_names(keys: str | Sequence[str]) -> tuple[str, ...]:
+    """``MergeSpec.keys`` as a tuple: a single string is one key column.
+
+    Raises:
+        ConfigurationError: A single string holding a comma (``"a, b"``: two keys
+            meant, or one column of that name? A list says which).
+    """
+    if not isinstance(keys, str):
+        return tuple(keys)
+    if "," in keys:
+        names = [k.strip() for k in keys.split(",")]
+        raise ConfigurationError(
+            f"MergeSpec(keys={keys!r}) is one string, so one key column named {keys!r}. "
+            f"For several keys pass a list: keys={names!r} (for one column whose name "
+            f"holds a comma: keys=[{keys!r}]).",
+            column=keys,
+        )
+    return (keys,)
 
 
 class SpecFields(Protocol):

@@ -111,6 +111,13 @@ class TargetLog:
         commit sees; the refresh before the next target commit sees any other)."""
         self._table, self._own = table, table.version()
 
+    def forget_own_commit(self) -> None:
+        """Stop answering marker reads from this process's own last commit (see
+        :meth:`note_own_commit`): the next :meth:`committed_version` reads the log, as a
+        new process does. For the operator's reads (``status()``, ``offsets()``): a
+        plain Delta writer given this app's ``txnAppId`` moves the marker too."""
+        self._own = None
+
     def last_commit_of(self, app_id: str) -> int | None:
         """The (highest) version of ``app_id``'s newest commit in the target's retained
         history (its commit metadata, not its ``txn`` marker), or ``None`` if the

@@ -162,6 +162,10 @@ class EmbeddedBackend(SchemaFit, Claims):
         self._state = LogState.read(marks, snap.staged, snap.quarantined)
         return self._state
 
+    def refresh(self) -> None:
+        self.target.forget_own_commit()
+        self._claimed_state = False
+
     def _committed(self) -> int | None:
         """The committed version of the state read last (the mark a publish intent
         records)."""

@@ -14,6 +14,7 @@ from deltasink.core.committables import LogState
 from deltasink.core.pending import pending_context, schema_after
 from deltasink.errors import SchemaMismatchError
 from deltasink.input.batch import collect, prepare
+from deltasink.shapes.computed import computed_columns
 from deltasink.shapes.spec import MergeSpec
 
 from .cache import StagedCache
@@ -73,13 +74,29 @@ class SchemaFit:
             check=True,
         )
 
+    def _computed(self) -> tuple[str, ...]:
+        """The target's generated, default and identity columns (as read last)."""
+        table = self.target.open(fresh=False)
+        if table is None:
+            return ()
+        return tuple(
+            c.name for c in computed_columns((f.name, f.metadata) for f in table.schema().fields)
+        )
+
     def _prepare(
         self, batch: object, spec: MergeSpec, expected: pa.Schema | None, version: int
     ) -> pa.Table:
         collected = collect(batch, spec, to_arrow=engine_arrow)
         try:
             blank = self.target.blank(collected.schema if expected is None else expected)
-            data = prepare(collected, spec, expected, target=self.target.uri, blank=blank)
+            data = prepare(
+                collected,
+                spec,
+                expected,
+                target=self.target.uri,
+                blank=blank,
+                computed=self._computed(),
+            )
         except SchemaMismatchError as exc:
             before = self._pending_before(version)
             if not before:

@@ -145,6 +145,9 @@ class SparkBackend(SchemaFit):
         self._state = self._logs.state()
         return self._state
 
+    def refresh(self) -> None:
+        """Nothing to forget: every ``read_state`` reads the target's marker."""
+
     def target_exists(self) -> bool:
         return self._logs.target_exists()
 

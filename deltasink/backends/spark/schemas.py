@@ -59,6 +59,7 @@ class SchemaFit:
         self._sql.session(df)
         target = self._logs.target_frame()
         expected = self._expected(version, target)
+        computed = computed_of(self._sql.session(), self._target_writer.tables, target)
         try:
             prepared = prepare_frame(
                 require_dataframe(df),
@@ -67,6 +68,7 @@ class SchemaFit:
                 table=self.target,
                 expected=expected,
                 blank=self._blank_keys(spec, target, df),
+                computed=tuple(c.name for c in computed),
             )
         except SchemaMismatchError as exc:
             if expected is None:
@@ -75,7 +77,6 @@ class SchemaFit:
                 exc, expected.pending, table=self.target, app_id=self.app_id, version=version
             ) from exc
         check_condition(spec, target, table=self.target)
-        computed = computed_of(self._sql.session(), self._target_writer.tables, target)
         check_computed(prepared.frame, prepared.columns, computed, target, spec, table=self.target)
         self._validate_checks(prepared)
         self._target_writer.check_definition(prepared.columns)

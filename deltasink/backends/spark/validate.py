@@ -113,6 +113,7 @@ def prepare_frame(
     table: str,
     expected: Expected | None = None,
     blank: Sequence[str] = (),
+    computed: Sequence[str] = (),
 ) -> PreparedFrame:
     """Validate a Spark DataFrame as :func:`deltasink.input.batch.prepare` validates Arrow, on
     Spark, raising the same named errors, in the same order, with the same messages.
@@ -133,6 +134,8 @@ def prepare_frame(
         blank: Key columns that are string partition columns of the target, whose
             null is the key ``''`` (``null_safe_keys``: the one null partition,
             :mod:`deltasink.shapes.partitions`).
+        computed: The target's generated, default and identity columns (a batch may
+            lack them).
 
     Raises:
         InvalidInputError: As :func:`~deltasink.input.batch.prepare`, plus a bad
@@ -169,7 +172,7 @@ def prepare_frame(
                 f"every row needs a {role}. Filter or fill them in the job.",
                 column=name,
             )
-    staged = prepare(zero, spec, target_arrow, target=table)  # types, unknown columns
+    staged = prepare(zero, spec, target_arrow, target=table, computed=computed)  # types, columns
     for i, name in enumerate(not_null):
         if stats[f"notnull_{i}"]:
             raise SchemaMismatchError(
