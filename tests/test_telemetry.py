@@ -186,9 +186,9 @@ def assert_history(target: str) -> None:
     assert entries[(1,)]["telemetry"] == recorded
     assert entries[(1,)]["files_added"] == 1
     assert entries[(1,)]["files_removed"] == 1
-    table = CliRunner().invoke(cli_app, ["history", target, "--app", "a"])
+    table = CliRunner().invoke(cli_app, ["history", target, "--app", "a", "--wide"])
     assert table.exit_code == 0, table.output
-    assert "att" in table.output
+    assert "att" in table.output  # the attempts: --wide's column
 
 
 @pytest.mark.parametrize("setting", ["off", "0"])
