@@ -74,8 +74,35 @@ def _p5_summary(p5: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+#: Load average (per core) above which a run is noise, not a measurement: its goal
+#: rows say so instead of met or missed.
+QUIET_LOAD_PER_CORE = 0.75
+
+
+def noisy(results: dict[str, Any]) -> float | None:
+    """The highest 1-minute load average at the run's start or end, when it exceeded
+    :data:`QUIET_LOAD_PER_CORE` per core (1.5 on 2 cores); ``None`` for a quiet run."""
+    machine, config = results["machine"], results["config"]
+    loads = [machine.get("loadavg") or [0.0], config.get("loadavg_end") or [0.0]]
+    worst = max(float(load[0]) for load in loads)
+    return worst if worst > QUIET_LOAD_PER_CORE * int(machine.get("cores") or 2) else None
+
+
+def _honest(rows: list[Row], results: dict[str, Any]) -> list[Row]:
+    """``rows`` with each verdict of a noisy run replaced by what it is."""
+    load = noisy(results)
+    if load is None:
+        return rows
+    text = f"noisy (load {load:.1f}), not a measurement"
+    return [[*r[:-1], text if r[-1] in ("**met**", "**missed**") else r[-1]] for r in rows]
+
+
 def goals(results: dict[str, Any]) -> list[Row]:
-    """The goal table: what, goal, measured, verdict."""
+    """The goal table: what, goal, measured, verdict (a noisy run's: not a verdict)."""
+    return _honest(_goals(results), results)
+
+
+def _goals(results: dict[str, Any]) -> list[Row]:
     s = results["sections"]
     rows: list[Row] = []
     if "p1" in s:
@@ -756,7 +783,8 @@ def splice(report: str, results: dict[str, Any], *, command: str) -> str:
     end = next(i for i in range(goals + 1, len(lines)) if lines[i].startswith("|"))
     while end + 1 < len(lines) and lines[end + 1].startswith("|"):
         end += 1
-    lines[end + 1 : end + 1] = ["| " + " | ".join(r) + " |" for r in _new_goal_rows(sections)]
+    rows = _honest(_new_goal_rows(sections), results)
+    lines[end + 1 : end + 1] = ["| " + " | ".join(r) + " |" for r in rows]
     note = (
         f"This section (and its goal rows): `{command}` ({results['machine']['date']}, load "
         f"{results['machine']['loadavg']} at start, {results['config'].get('loadavg_end', '?')}"
