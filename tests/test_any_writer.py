@@ -24,16 +24,9 @@ from deltalake import DeltaTable
 
 from deltasink import DeltaSink, MergeSpec, TableSpec
 from tests import support
-from tests.test_contract_spark import FULL, REASON, delta_spark, sliced
+from tests.test_contract_spark import DELTA_SPARK_MODULE, FULL, delta_spark, sliced
 
-pytestmark = [
-    pytest.mark.jvm,
-    pytest.mark.delta_spark,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    # As in the delta-spark suite: no per-test timeout (it would break the shared
-    # session's py4j call in flight); the suite's run as a whole is bounded.
-    pytest.mark.timeout(0),
-]
+pytestmark = DELTA_SPARK_MODULE
 __all__ = ["delta_spark"]  # the delta-spark suite's session fixture, shared
 
 LAYOUT = TableSpec(partition_by=["p"])

@@ -28,14 +28,9 @@ from deltasink._faults import armed
 from deltasink.backends.embedded import rewrite as rewrite_module
 from deltasink.backends.spark.conf import session_conf
 from tests import support
-from tests.test_contract_spark import FULL, REASON, delta_spark, sliced
+from tests.test_contract_spark import DELTA_SPARK_MODULE, FULL, delta_spark, sliced
 
-pytestmark = [
-    pytest.mark.jvm,
-    pytest.mark.delta_spark,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    pytest.mark.timeout(0),  # as in the delta-spark suite
-]
+pytestmark = DELTA_SPARK_MODULE
 __all__ = ["delta_spark"]
 
 #: The issue's session time zone: a TIMESTAMP partition value read in it must not move.

@@ -156,15 +156,19 @@ def unavailable() -> str | None:
 
 
 REASON = unavailable()
-pytestmark = [
+#: The marks of a module of the delta-spark suite (``pytestmark = DELTA_SPARK_MODULE``,
+#: plus its own): no per-test timeout, which would break the shared session's py4j call
+#: in flight (the suite's run as a whole is bounded).
+DELTA_SPARK_MODULE = [
     pytest.mark.jvm,
     pytest.mark.delta_spark,
     pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    # No per-test timeout here: pytest-timeout interrupts the py4j call in flight and
-    # leaves its answer unread, which breaks the shared session for every later test.
-    # The run as a whole is bounded instead (test_delta_spark_suite_in_its_own_process).
     pytest.mark.timeout(0),
 ]
+#: No per-test timeout here: pytest-timeout interrupts the py4j call in flight and leaves
+#: its answer unread, which breaks the shared session for every later test. The run as a
+#: whole is bounded instead (test_delta_spark_suite_in_its_own_process).
+pytestmark = list(DELTA_SPARK_MODULE)
 if pyspark_35():  # py4j 0.10.9.7 leaves gateway sockets to the GC: its warning, not ours
     pytestmark += [
         pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning"),

@@ -21,14 +21,9 @@ import pytest
 
 from deltasink import DeltaSink, MergeSpec
 from tests import support
-from tests.test_contract_spark import FULL, REASON, delta_spark
+from tests.test_contract_spark import DELTA_SPARK_MODULE, FULL, delta_spark
 
-pytestmark = [
-    pytest.mark.jvm,
-    pytest.mark.delta_spark,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    pytest.mark.timeout(0),  # as in the delta-spark suite (a shared session's py4j call)
-]
+pytestmark = DELTA_SPARK_MODULE
 __all__ = ["delta_spark"]  # the delta-spark suite's session fixture, shared
 
 APP = "orders-foreachbatch"

@@ -34,16 +34,9 @@ import pytest
 from deltasink import DeltaSink, MergeSpec
 from tests import generated, support
 from tests.jvm.stream_job import run_query
-from tests.test_contract_spark import REASON, delta_spark, sliced
+from tests.test_contract_spark import DELTA_SPARK_MODULE, delta_spark, sliced
 
-pytestmark = [
-    pytest.mark.jvm,
-    pytest.mark.delta_spark,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    # As in the delta-spark suite: no per-test timeout (it would break the shared
-    # session's py4j call in flight); the suite's run as a whole is bounded.
-    pytest.mark.timeout(0),
-]
+pytestmark = DELTA_SPARK_MODULE
 __all__ = ["delta_spark"]  # the delta-spark suite's session fixture, shared
 
 APP = "reset"

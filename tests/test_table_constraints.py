@@ -27,14 +27,9 @@ from deltasink import (
 )
 from tests import support
 from tests.test_any_writer import read_both
-from tests.test_contract_spark import FULL, REASON, delta_spark, sliced
+from tests.test_contract_spark import DELTA_SPARK_MODULE, FULL, delta_spark, sliced
 
-pytestmark = [
-    pytest.mark.jvm,
-    pytest.mark.delta_spark,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    pytest.mark.timeout(0),  # as in the delta-spark suite: the run as a whole is bounded
-]
+pytestmark = DELTA_SPARK_MODULE
 __all__ = ["delta_spark"]
 
 SPECS = {

@@ -31,17 +31,11 @@ from typing import Any
 import pytest
 
 from tests import generated, table_zoo
-from tests.test_contract_spark import REASON, delta_spark
+from tests.test_contract_spark import DELTA_SPARK_MODULE, delta_spark
 from tests.zoo_compare import compare
 from tests.zoo_driver import SUITE, run_all
 
-pytestmark = [
-    pytest.mark.generated,
-    pytest.mark.jvm,
-    pytest.mark.delta_spark,
-    pytest.mark.skipif(REASON is not None, reason=REASON or ""),
-    pytest.mark.timeout(0),  # as in the delta-spark suite (its run is bounded)
-]
+pytestmark = [pytest.mark.generated, *DELTA_SPARK_MODULE]
 __all__ = ["delta_spark"]
 
 #: Cases per run: (table definition, mode, steps), each through both engines.
