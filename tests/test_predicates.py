@@ -289,6 +289,6 @@ def test_the_grammar_draws_every_construct_of_the_allow_list() -> None:
 
     rules = (set(predicate_grammar.RULES) - {"refused"}) | set(predicate_grammar.REFUSED)
     assert {c.key for c in CONSTRUCTS} == rules
-    drawn = predicate_grammar.draw(random.Random(36), 2000)
+    drawn = predicate_grammar.draw(random.Random(36), 5000)
     used = set().union(*(d.constructs for d in drawn))
     assert rules - used == set()
