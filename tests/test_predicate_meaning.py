@@ -309,3 +309,17 @@ def test_a_predicate_of_constants_only_is_refused_when_the_spec_is_built(tmp_pat
         with pytest.raises(ConfigurationError, match="constants only"):
             DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when=text))
     assert not Path(target).exists()
+
+
+def test_zero_is_in_a_list_holding_minus_zero_on_delta_rs() -> None:
+    """DataFusion turns four ``=`` joined by OR into an ``IN`` list, whose hashing found
+    0.0 outside (..., -0.0D) where Spark finds it inside (differential suite, seed
+    20261126): -0.0 is made 0.0 before a comparison."""
+    from deltasink.shapes.sparksql.fields import translate
+    from deltasink.shapes.sparksql.types import SqlType
+    from tests.predicate_engines import datafusion_batched
+
+    text = "price IN (0.1D, 1E-7, CAST('Infinity' AS DOUBLE), -0.0D)"
+    written = translate(text, "replace_where", {"price": SqlType("double")}, "delta-rs")
+    rows = pa.table({"Id": [1, 2, 3, 4], "price": [0.0, -0.0, 0.5, None]})
+    assert datafusion_batched(rows, [written]) == [[True, True, False, None]]

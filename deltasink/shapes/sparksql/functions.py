@@ -17,7 +17,7 @@ from typing import Any
 import sqlglot.expressions as exp
 
 from .base import DELTA_RS, EVERY, Base, Typed
-from .literals import Refusal, emit
+from .literals import Refusal, emit, zone_info
 from .strings import Strings
 from .types import BOOLEAN, INT, SqlType
 
@@ -282,11 +282,12 @@ class Functions(Strings, Base):
                 else (f"arrow_cast({part.sql}, 'Timestamp(Microsecond, Some(\"{zone}\"))')")
             )
             return Typed(f"CAST(date_part('{name}', {shown}) AS INT)", INT)
-        wall = (
-            f"unix_micros({part.sql})"
-            if zone == "UTC"
-            else (f"unix_micros(from_utc_timestamp({part.sql}, '{zone}'))")
-        )
+        offset = zone_info(zone).utcoffset(None) if "/" not in zone else None
+        if offset is not None:  # UTC or an offset: Sail's from_utc_timestamp refuses +01:00
+            micros = (offset.days * 86_400 + offset.seconds) * 1_000_000
+            wall = f"(unix_micros({part.sql}) + {micros})"
+        else:
+            wall = f"unix_micros(from_utc_timestamp({part.sql}, '{zone}'))"
         within = f"pmod({wall}, {_DAY_MICROS})"
         if name == "hour":
             return Typed(f"CAST({within} div 3600000000 AS INT)", INT)
