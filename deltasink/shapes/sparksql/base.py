@@ -273,7 +273,8 @@ def reads_columns(node: exp.Expr) -> bool:
         for arg in [node.this, *node.expressions]:
             if reads_columns(arg):
                 return True
-            if isinstance(arg, exp.Literal):  # a non-null constant: the rest is not read
+            literal = arg.this if isinstance(arg, exp.Neg) else arg  # -128 too (seed 1116029113)
+            if isinstance(literal, exp.Literal):  # a non-null constant: the rest is not read
                 return False
         return False
     return any(reads_columns(child) for child in node.iter_expressions())

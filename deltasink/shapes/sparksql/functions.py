@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlglot.expressions as exp
 
-from .base import DELTA_RS, EVERY, Base, Typed
+from .base import DELTA_RS, EVERY, Base, Typed, reads_columns
 from .literals import Refusal, emit, zone_info
 from .strings import Strings
 from .types import BOOLEAN, INT, SqlType
@@ -135,6 +135,13 @@ class Functions(Strings, Base):
                 if not refusal.why.startswith("Spark cannot convert"):
                     raise
                 return Typed(emit(None, target, self.dialect), target, None)
+        if not reads_columns(node.this) and source.name not in ("unknown", "void"):
+            self.refuse(
+                "try_cast of a constant expression",
+                "Sail and DataFusion fold it by rules of their own and fail where Spark "
+                "answers null",
+                "write the literal, or try_cast a column",
+            )
         if source.name == "string" and target.integral:
             return Typed(self.parse_integer(part.sql, target), target)
         if source.numeric and target.integral and not (source.integral and _wider(target, source)):

@@ -86,6 +86,8 @@ def _fold(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _char(c: int) -> str:
     if chr(c).isascii() and chr(c).isalnum():
         return chr(c)
+    if c == 0x5C:  # DataFusion's regex read \x{5C}b as a word boundary (seed 1116029113)
+        return "\\\\"
     return f"\\x{{{c:X}}}"
 
 
