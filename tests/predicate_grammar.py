@@ -468,7 +468,6 @@ _REGEXES = [
     "^..$",
     ".$",
     "\\\\.",
-    "a\\\\\\\\b",
     "(?i:a)B",
     "^(?:[0-9]{4})-[0-9]{2}",
     "",
@@ -564,7 +563,15 @@ REFUSED: dict[str, Rule] = {
     "RLIKE a construct Java and Rust read apart": lambda g, d: (
         f"{g.expr('string', d)} RLIKE '"
         + g.pick(
-            "(?<=a)b", "(a)\\\\1", "a*+", "\\\\Qa.\\\\E", "\\\\p{L}", "\\\\bab", "a$b", "(?m)^b"
+            "(?<=a)b",
+            "(a)\\\\1",
+            "a*+",
+            "\\\\Qa.\\\\E",
+            "\\\\p{L}",
+            "\\\\bab",
+            "a$b",
+            "(?m)^b",
+            "a\\\\\\\\b",
         )
         + "'"
     ),

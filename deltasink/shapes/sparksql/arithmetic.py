@@ -147,6 +147,11 @@ class Arithmetic(Base):
                 "deltasink rounds a double's decimal text to at most 4 places",
                 "round a double to 0 to 4 places, or CAST a float to DOUBLE first",
             )
+        if part.literal and isinstance(part.value, float):
+            return self.cast(part, part.type)._replace(
+                sql=emit(_round_text(part.value, places), part.type, self.dialect),
+                value=_round_text(part.value, places),
+            )
         x = part.sql
         double = SqlType("double")
         whole = emit(float(2**52), double, self.dialect)
@@ -155,7 +160,8 @@ class Arithmetic(Base):
         wide = SqlType("decimal", 38, 22)
         # only a value in range is written as text: the engines fold a constant's
         # branch even where it is not taken (round(1e300, 1), seed 1116029113)
-        inside = f"(CASE WHEN isnan({x}) OR abs({x}) >= {whole} THEN {zero} ELSE {x} END)"
+        outside = f"isnan({x}) OR abs({x}) >= {whole} OR abs({x}) < {tiny}"
+        inside = f"(CASE WHEN {outside} THEN {zero} ELSE {x} END)"
         text = self.cast_sql(self.cast_sql(inside, double, STRING), STRING, wide)
         rounded = self.cast_sql(f"round({text}, {places})", wide, double)
         return Typed(
@@ -163,3 +169,14 @@ class Arithmetic(Base):
             f"WHEN abs({x}) < {tiny} THEN {zero} ELSE {rounded} END)",
             double,
         )
+
+
+def _round_text(value: float, places: int) -> float:
+    """Spark's ``round`` of a double literal: its shortest text rounded half up."""
+    import math
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if math.isnan(value) or abs(value) >= 2.0**52:  # an integer already (or inf)
+        return value
+    step = Decimal(1).scaleb(-places)
+    return float(Decimal(repr(value)).quantize(step, rounding=ROUND_HALF_UP)) + 0.0
