@@ -362,7 +362,7 @@ def _case(kind: str) -> Rule:
 def _condition(g: Grammar, depth: int) -> str:
     """A CASE condition: Spark refuses ``WHEN NULL`` (the table)."""
     text = g.expr("boolean", depth)
-    return "flag" if text == "NULL" else text
+    return g.name("flag") if text == "NULL" else text
 
 
 def _if(kind: str) -> Rule:
