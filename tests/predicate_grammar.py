@@ -682,7 +682,7 @@ KIND_RULES: dict[str, list[tuple[str, float, bool]]] = {
         ("coalesce / nvl / ifnull", 0.7, False),
         ("isnan", 0.5, False),
         ("RLIKE", 2, False),
-        ("refused", 0.1, False),
+        ("refused", 0.07, False),
         ("column", 1, True),
         ("boolean literal", 0.3, True),
         ("null literal", 0.1, True),
