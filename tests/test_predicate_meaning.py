@@ -323,3 +323,17 @@ def test_zero_is_in_a_list_holding_minus_zero_on_delta_rs() -> None:
     written = translate(text, "replace_where", {"price": SqlType("double")}, "delta-rs")
     rows = pa.table({"Id": [1, 2, 3, 4], "price": [0.0, -0.0, 0.5, None]})
     assert datafusion_batched(rows, [written]) == [[True, True, False, None]]
+
+
+def test_a_decimal_zero_with_a_scale_is_written_in_plain_digits() -> None:
+    """``CAST(0.3 AS DECIMAL(4,0))`` (0) compared with a ``DECIMAL(38,10)`` was written
+    ``CAST('0E-10' AS DECIMAL(38,10))``, which neither Sail nor DataFusion reads
+    (differential suite, seed 1683972181)."""
+    from deltasink.shapes.sparksql.fields import translate
+    from deltasink.shapes.sparksql.types import SqlType
+    from tests.predicate_engines import datafusion_batched
+
+    text = "CAST(0.3 AS DECIMAL(4,0)) < CAST(qty AS DECIMAL(38,10))"
+    written = translate(text, "replace_where", {"qty": SqlType("int")}, "delta-rs")
+    rows = pa.table({"Id": [1, 2, 3], "qty": pa.array([1, 0, None], pa.int32())})
+    assert datafusion_batched(rows, [written]) == [[True, False, None]]
