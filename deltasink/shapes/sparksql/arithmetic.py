@@ -10,7 +10,7 @@ import sqlglot.expressions as exp
 from .base import DELTA_RS, UNKNOWN, Base, Typed
 from .base import EXACT as _EXACT
 from .literals import Refusal, emit
-from .types import DOUBLE, STRING, SqlType, arithmetic_type
+from .types import BOOLEAN, DOUBLE, STRING, SqlType, arithmetic_type
 
 __all__ = ["ARITHMETIC", "Arithmetic"]
 
@@ -134,6 +134,26 @@ class Arithmetic(Base):
         if self.dialect == "spark":
             return Typed(f"({a.sql} div {b.sql})", bigint)
         return Typed(f"({a.sql} / {b.sql})", bigint)
+
+    def abs_(self, node: exp.Abs) -> Typed:
+        part = self.walk(node.this)
+        self.need_number(part, "abs")
+        if part.type.integral:
+            exact = self.cast(part, SqlType("decimal", 20, 0))
+            return self.exact(f"abs({exact.sql})", part.type, node)
+        return Typed(f"abs({part.sql})", part.type)
+
+    def isnan(self, node: exp.IsNan) -> Typed:
+        part = self.walk(node.this)
+        if part.type.integral or part.type.name == "decimal":
+            # Spark converts it to a double, never NaN: false, also for null
+            return Typed(f"({part.sql} IS NULL AND {part.sql} IS NOT NULL)", BOOLEAN)
+        if part.type.name not in ("float", "double", "unknown", "void"):
+            raise Refusal(
+                f"isnan of a {part.type}", "Spark takes a double", "write isnan(x) of a double"
+            )
+        # Spark: isnan(null) is false; Sail and DataFusion: null
+        return Typed(f"coalesce(isnan({part.sql}), FALSE)", BOOLEAN)
 
     def round_double(self, part: Typed, places: int) -> Typed:
         """``round`` of a double: Spark rounds its shortest decimal text (Java's

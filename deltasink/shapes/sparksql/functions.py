@@ -16,10 +16,11 @@ from typing import Any
 
 import sqlglot.expressions as exp
 
+from .arithmetic import Arithmetic
 from .base import DELTA_RS, EVERY, Base, Typed, reads_columns
 from .literals import Refusal, emit, zone_info
 from .strings import Strings
-from .types import BOOLEAN, INT, SqlType
+from .types import INT, SqlType
 
 __all__ = ["Functions", "type_of"]
 
@@ -159,14 +160,6 @@ class Functions(Strings, Base):
 
     # -- numbers -------------------------------------------------------------------------
 
-    def abs_(self, node: exp.Abs) -> Typed:
-        part = self.walk(node.this)
-        self.need_number(part, "abs")
-        if part.type.integral:
-            exact = self.cast(part, SqlType("decimal", 20, 0))
-            return self.exact(f"abs({exact.sql})", part.type, node)
-        return Typed(f"abs({part.sql})", part.type)
-
     def round_(self, node: exp.Round) -> Typed:
         part = self.walk(node.this)
         digits = node.args.get("decimals")
@@ -223,18 +216,6 @@ class Functions(Strings, Base):
             f"ELSE CAST((CASE WHEN {outside} THEN CAST(0 AS DOUBLE) ELSE {whole} END) AS BIGINT) END)",
             _BIGINT,
         )
-
-    def isnan(self, node: exp.IsNan) -> Typed:
-        part = self.walk(node.this)
-        if part.type.integral or part.type.name == "decimal":
-            # Spark converts it to a double, never NaN: false, also for null
-            return Typed(f"({part.sql} IS NULL AND {part.sql} IS NOT NULL)", BOOLEAN)
-        if part.type.name not in ("float", "double", "unknown", "void"):
-            raise Refusal(
-                f"isnan of a {part.type}", "Spark takes a double", "write isnan(x) of a double"
-            )
-        # Spark: isnan(null) is false; Sail and DataFusion: null
-        return Typed(f"coalesce(isnan({part.sql}), FALSE)", BOOLEAN)
 
     # -- dates ---------------------------------------------------------------------------
 
@@ -394,11 +375,11 @@ def _cast_rule(source: SqlType, target: SqlType) -> tuple[str, frozenset[Any]] |
 _FUNCTIONS: dict[type, Any] = {
     exp.Cast: Functions.cast_node,
     exp.TryCast: Functions.cast_node,
-    exp.Abs: Functions.abs_,
+    exp.Abs: Arithmetic.abs_,
     exp.Round: Functions.round_,
     exp.Floor: Functions.floor_ceil,
     exp.Ceil: Functions.floor_ceil,
-    exp.IsNan: Functions.isnan,
+    exp.IsNan: Arithmetic.isnan,
     exp.TimeToStr: Functions.date_format,
     **dict.fromkeys(_PARTS, Functions.date_part),
     **Strings.HANDLERS,

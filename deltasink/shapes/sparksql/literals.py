@@ -294,7 +294,7 @@ def emit(value: object, kind: SqlType, dialect: Dialect) -> str:
     if kind.integral or kind.name == "decimal":
         return (
             # plain digits: the engines do not read 0E-10 (differential suite, seed 1683972181)
-            f"CAST({_string(format(value, 'f'), dialect)} AS {_type(kind, dialect)})"
+            f"CAST({_string(format(Decimal(value), 'f'), dialect)} AS {_type(kind, dialect)})"  # type: ignore[arg-type]
             if kind.name == "decimal"
             else f"CAST({value} AS {_type(kind, dialect)})"
         )
