@@ -242,12 +242,13 @@ class Base:
         skipped = f" WHEN {skip} THEN {emit(None, kind, self.dialect)}" if skip else ""
         return f"(CASE WHEN {inside} THEN {converted}{skipped} ELSE {failing} END)"
 
-    def nan_safe(self, part: Typed) -> Typed:
+    def nan_safe(self, part: Typed, *, zero: bool = False) -> Typed:
         """A float or double with every NaN made the one NaN Spark has, and -0.0 made
         0.0: DataFusion and Sail order a NaN with the sign bit set (what x86 arithmetic
         yields, e.g. inf % 7) below every number, Spark above, equal to every other NaN;
         and DataFusion turns four or more ``=`` joined by OR into an ``IN`` list, whose
-        hashing finds -0.0 outside (0.0) (differential suite, seed 20261126)."""
+        hashing finds -0.0 outside (0.0) (differential suite, seed 20261126): ``zero``
+        (``IN``'s terms) writes -0.0 as 0.0 too."""
         if not part.type.fractional:
             return part
         if part.literal:
@@ -255,10 +256,10 @@ class Base:
                 return Typed(emit(0.0, part.type, self.dialect), part.type, 0.0)
             return part
         nan = emit(float("nan"), part.type, self.dialect)
-        zero = emit(0.0, part.type, self.dialect)
+        naught = emit(0.0, part.type, self.dialect)
+        plus = f"WHEN {part.sql} = {naught} THEN {naught} " if zero else ""
         return part._replace(
-            sql=f"(CASE WHEN isnan({part.sql}) THEN {nan} WHEN {part.sql} = {zero} THEN {zero} "
-            f"ELSE {part.sql} END)"
+            sql=f"(CASE WHEN isnan({part.sql}) THEN {nan} {plus}ELSE {part.sql} END)"
         )
 
 
