@@ -203,6 +203,8 @@ def _describe(check: Check) -> dict[str, Any]:
         described = {"check": "sql", "query": check.query, "label": check.label}
         if check.expect is not None:  # releases without it run the plain query
             described["expect"] = check.expect
+        if check.time_zone is not None:  # the zone its predicate reads
+            described["time_zone"] = check.time_zone
         return described
     return {"check": "callable", "name": check_name(check)}
 
@@ -228,7 +230,14 @@ def decode(text: str) -> tuple[tuple[Check, ...], tuple[str, ...]]:
         elif kind == "row_count_within":
             built.append(row_count_within(item["percent"]))
         elif kind == "sql":
-            built.append(sql(item["query"], label=item["label"], expect=item.get("expect")))
+            built.append(
+                sql(
+                    item["query"],
+                    label=item["label"],
+                    expect=item.get("expect"),
+                    time_zone=item.get("time_zone"),
+                )
+            )
         else:
             opaque.append(str(item.get("name", kind)))
     return tuple(built), tuple(opaque)

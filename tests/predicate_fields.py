@@ -118,19 +118,29 @@ def run(
         return path
 
     out: dict[str, Outcome] = {}
+    zone = predicate_grammar.ZONE  # the recorded session time zone, as the oracle's
     plans: dict[str, tuple[MergeSpec, pa.Table, bool]] = {
-        "replace_where": (MergeSpec(mode="replace", replace_where=plain), true_new, True),
-        "target_predicate": (MergeSpec(keys=["Id"], target_predicate=qualified), true_new, True),
+        "replace_where": (
+            MergeSpec(mode="replace", replace_where=plain, time_zone=zone),
+            true_new,
+            True,
+        ),
+        "target_predicate": (
+            MergeSpec(keys=["Id"], target_predicate=qualified, time_zone=zone),
+            true_new,
+            True,
+        ),
         "not_matched_by_source_condition": (
             MergeSpec(
                 keys=["Id"],
                 when_not_matched_by_source="delete",
                 not_matched_by_source_condition=qualified,
+                time_zone=zone,
             ),
             fresh,
             True,
         ),
-        "delete_when": (MergeSpec(keys=["Id"], delete_when=plain), all_new, True),
+        "delete_when": (MergeSpec(keys=["Id"], delete_when=plain, time_zone=zone), all_new, True),
     }
     for field, (spec, data, exists) in plans.items():
         path = target(field) if exists else str(where / field)
@@ -144,7 +154,11 @@ def run(
     path = str(where / "expect")
     try:
         sink = DeltaSink(
-            path, "fields-expect", MergeSpec(mode="append"), checks=[checks.expect(plain)], **kwargs
+            path,
+            "fields-expect",
+            MergeSpec(mode="append"),
+            checks=[checks.expect(plain, time_zone=zone)],
+            **kwargs,
         )
         passed = not sink.write(batch(true_rows), 0).quarantined_versions
         quarantined = bool(sink.write(batch(rows), 1).quarantined_versions)

@@ -65,10 +65,12 @@ ROUND = 12
 
 @contextmanager
 def utc(spark: Any) -> Any:
-    """The session in UTC, the embedded engine's time zone, while the block runs."""
+    """The session in the suite's time zone (:data:`~tests.predicate_grammar.ZONE`, the
+    one its specs record) while the block runs: the oracle reads a zone-less timestamp
+    literal and ``hour(ts)`` in it."""
     key = "spark.sql.session.timeZone"
     before = spark.conf.get(key)
-    spark.conf.set(key, "UTC")
+    spark.conf.set(key, predicate_grammar.ZONE)
     try:
         yield spark
     finally:
@@ -79,14 +81,19 @@ def _texts(drawn: predicate_grammar.Drawn) -> dict[str, tuple[str, str | None, s
     """Per setting: (the user's text, Sail's text, DataFusion's text: ``None`` where the
     setting does not reach that engine), or why it is refused."""
     columns = types_of(predicate_grammar.SCHEMA)
+    zone = predicate_grammar.ZONE
     out: dict[str, tuple[str, str | None, str | None] | str] = {}
     for name, field in FIELDS.items():
         text = drawn.qualified if field.scope.qualifier == "required" else drawn.plain
         try:
-            check(text, name)
-            sail = translate(text, name, columns, "spark") if "sail" in field.evaluators else None
+            check(text, name, zone)
+            sail = (
+                translate(text, name, columns, "spark", zone)
+                if "sail" in field.evaluators
+                else None
+            )
             fusion = (
-                translate(text, name, columns, "delta-rs")
+                translate(text, name, columns, "delta-rs", zone)
                 if "delta-rs" in field.evaluators
                 else None
             )
@@ -130,8 +137,8 @@ def _shrink(spark: Any, text: str, name: str) -> str | None:
     )
     for part in parts:
         try:
-            check(part, name)  # type: ignore[arg-type]
-            fusion = translate(part, name, columns, "delta-rs")  # type: ignore[arg-type]
+            check(part, name, predicate_grammar.ZONE)  # type: ignore[arg-type]
+            fusion = translate(part, name, columns, "delta-rs", predicate_grammar.ZONE)  # type: ignore[arg-type]
         except Exception:  # not a predicate of its own, or refused
             continue
         with utc(spark):

@@ -124,35 +124,74 @@ def test_delete_when_and_expect_select_the_rows_spark_selects(
     [
         (
             {"mode": "replace", "replace_where": "ts < TIMESTAMP '2024-01-01 12:00:00'"},
-            "without a zone",
+            "time zone 'PST'",
         ),
-        ({"mode": "replace", "replace_where": "name RLIKE '^a.c$'"}, "RLIKE"),
-        ({"keys": ["id"], "delete_when": "name RLIKE '^a.c$'"}, "RLIKE"),
+        ({"mode": "replace", "replace_where": "name RLIKE '(?<=a)c'"}, "look-around"),
+        ({"keys": ["id"], "delete_when": "name RLIKE 'b$c'"}, r"\$ before more pattern"),
         ({"keys": ["id"], "target_predicate": "qty > 1"}, "unqualified column qty"),
-        ({"mode": "replace", "replace_where": "qty / id > 1"}, "/ by a column"),
+        ({"mode": "replace", "replace_where": "qty % id > 1"}, "% by a column"),
         ({"keys": ["id"], "delete_when": "d = current_date()"}, "current_date"),
     ],
 )
 def test_what_an_engine_would_read_otherwise_is_refused_when_the_spec_is_built(
     kwargs: dict[str, Any], construct: str
 ) -> None:
+    if "without" in str(kwargs) or "TIMESTAMP" in str(kwargs):
+        with pytest.raises(ConfigurationError, match=construct):
+            MergeSpec(**kwargs, time_zone="PST")  # a zone deltasink does not read
+        return
     with pytest.raises(
         ConfigurationError, match=rf"MergeSpec\.\w+ .* uses .*{construct}.*Instead, "
     ):
         MergeSpec(**kwargs)
 
 
-def test_round_of_a_double_is_refused_at_the_first_batch_and_of_a_decimal_rounds_half_up(
+#: predicates people write every day (issue 44), in a spec recording the session time
+#: zone +01:00 -> the ids Spark (that zone, ANSI mode) selects
+EVERYDAY = {
+    "name RLIKE '(?i)^ABC$'": [1],  # Java's (?i) and $, spelled out for Rust
+    "ts < TIMESTAMP '2024-01-01 12:30:00'": [2],  # 11:30 UTC
+    "hour(ts) = 13": [1],  # 12:00 UTC is 13:00 at +01:00
+    "qty / id > 1.4": [1],  # 3 / 1 and 2 / 2, as doubles
+    "try_cast(Zone AS INT) IS NULL AND qty = 3": [1],
+    "round(CAST(qty AS DOUBLE) / 2.0D, 0) = 2": [1],  # 1.5 half up; 1.0
+}
+
+
+@pytest.mark.parametrize("text", sorted(EVERYDAY))
+def test_everyday_predicates_replace_the_rows_spark_selects(tmp_path: Path, text: str) -> None:
+    """Each was refused on every engine before (issue 44): now the batch's rows (Sail)
+    and the target's (delta-rs) are selected as Spark selects them."""
+    target = _target(tmp_path, "t")
+    chosen = EVERYDAY[text]
+    spec = MergeSpec(mode="replace", replace_where=text, time_zone="+01:00")
+    DeltaSink(target, "app", spec).write(_new(chosen), 0)
+    assert _contents(target) == [(i, "new" if i in chosen else "old") for i in (1, 2)]
+
+
+def test_the_session_time_zone_is_recorded_with_the_spec_only_when_a_predicate_reads_it() -> None:
+    reads = MergeSpec(mode="replace", replace_where="hour(ts) = 13", time_zone="Europe/Paris")
+    assert MergeSpec.from_json(reads.to_json()) == reads
+    assert '"time_zone": "Europe/Paris"' in reads.to_json()
+    found = MergeSpec(mode="replace", replace_where="ts < TIMESTAMP '2024-01-01 12:30:00'")
+    assert found.time_zone is not None  # the active session's, else UTC: recorded
+    assert "time_zone" not in MergeSpec(mode="replace", replace_where="qty > 1").to_json()
+    check = checks.expect("hour(ts) = 13", time_zone="+01:00")
+    assert check.time_zone == "+01:00"
+    assert checks.decode(checks.encode([check]))[0] == (check,)
+
+
+def test_round_of_a_double_rounds_its_decimal_text_half_up_as_of_a_decimal(
     tmp_path: Path,
 ) -> None:
+    """Spark rounds 1.005 (the double's text) to 1.01; Sail and DataFusion round the
+    binary value, 1.00499..., to 1.0 (they were refused before issue 44)."""
     prices = pa.table({"id": [1, 2], "price": [1.005, 1.015]})
-    sink = DeltaSink(
-        str(tmp_path / "t"), "app", MergeSpec(keys=["id"], delete_when="round(price, 2) = 1.01")
-    )
-    with pytest.raises(ConfigurationError, match=r"round of a double.*round\(1\.005, 2\) is 1\.01"):
-        sink.write(prices, 0)
-    assert not (tmp_path / "t").exists()
-    assert support.staged_versions(sink.staging) == []
+    doubles = str(tmp_path / "t")
+    DeltaSink(doubles, "app", MergeSpec(keys=["id"])).write(prices, 0)
+    spec = MergeSpec(keys=["id"], delete_when="round(price, 2) = 1.01")
+    DeltaSink(doubles, "app2", spec).write(prices, 0)
+    assert DeltaTable(doubles).to_pyarrow_table().column("id").to_pylist() == [2]
     exact = pa.table(
         {"id": [1, 2], "price": pa.array([Decimal("1.005"), Decimal("1.015")], pa.decimal128(6, 3))}
     )
@@ -178,11 +217,11 @@ def test_an_overflow_fails_the_write_as_in_spark_and_nothing_is_written(tmp_path
 def test_an_expect_check_refused_for_the_column_types_is_refused_at_the_first_batch(
     tmp_path: Path,
 ) -> None:
-    prices = pa.table({"id": [1, 2], "price": [1.005, 1.015]})
+    prices = pa.table({"id": [1, 2], "price": pa.array([1.005, 1.015], pa.float32())})
     target = str(tmp_path / "t")
     check = checks.expect("round(price, 2) = 1.01")  # price could be a decimal: built
     sink = DeltaSink(target, "app", MergeSpec(keys=["id"]), checks=[check])
-    with pytest.raises(ConfigurationError, match=r"checks\.expect .* uses round of a double"):
+    with pytest.raises(ConfigurationError, match=r"checks\.expect .* uses round of a float"):
         sink.write(prices, 0)
     assert not Path(target).exists()
     assert support.staged_versions(sink.staging) == []
@@ -270,3 +309,31 @@ def test_a_predicate_of_constants_only_is_refused_when_the_spec_is_built(tmp_pat
         with pytest.raises(ConfigurationError, match="constants only"):
             DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when=text))
     assert not Path(target).exists()
+
+
+def test_zero_is_in_a_list_holding_minus_zero_on_delta_rs() -> None:
+    """DataFusion turns four ``=`` joined by OR into an ``IN`` list, whose hashing found
+    0.0 outside (..., -0.0D) where Spark finds it inside (differential suite, seed
+    20261126): -0.0 is made 0.0 before a comparison."""
+    from deltasink.shapes.sparksql.fields import translate
+    from deltasink.shapes.sparksql.types import SqlType
+    from tests.predicate_engines import datafusion_batched
+
+    text = "price IN (0.1D, 1E-7, CAST('Infinity' AS DOUBLE), -0.0D)"
+    written = translate(text, "replace_where", {"price": SqlType("double")}, "delta-rs")
+    rows = pa.table({"Id": [1, 2, 3, 4], "price": [0.0, -0.0, 0.5, None]})
+    assert datafusion_batched(rows, [written]) == [[True, True, False, None]]
+
+
+def test_a_decimal_zero_with_a_scale_is_written_in_plain_digits() -> None:
+    """``CAST(0.3 AS DECIMAL(4,0))`` (0) compared with a ``DECIMAL(38,10)`` was written
+    ``CAST('0E-10' AS DECIMAL(38,10))``, which neither Sail nor DataFusion reads
+    (differential suite, seed 1683972181)."""
+    from deltasink.shapes.sparksql.fields import translate
+    from deltasink.shapes.sparksql.types import SqlType
+    from tests.predicate_engines import datafusion_batched
+
+    text = "CAST(0.3 AS DECIMAL(4,0)) < CAST(qty AS DECIMAL(38,10))"
+    written = translate(text, "replace_where", {"qty": SqlType("int")}, "delta-rs")
+    rows = pa.table({"Id": [1, 2, 3], "qty": pa.array([1, 0, None], pa.int32())})
+    assert datafusion_batched(rows, [written]) == [[True, False, None]]

@@ -231,11 +231,13 @@ class sql:
     ``expect`` is the predicate of a :func:`expect` check: the query it runs is then the
     predicate translated for the staged batch's column types (Spark's meaning on Spark
     and on the embedded engine's Sail alike, :mod:`deltasink.shapes.sparksql`), and
-    ``query`` the plain form recorded for releases that do not know ``expect``."""
+    ``query`` the plain form recorded for releases that do not know ``expect``;
+    ``time_zone`` the session time zone it reads (as :attr:`MergeSpec.time_zone`)."""
 
     query: str
     label: str | None = None
     expect: str | None = None
+    time_zone: str | None = None
 
     def __post_init__(self) -> None:
         query: object = self.query
@@ -245,7 +247,7 @@ class sql:
         if self.label is not None and not isinstance(self.label, str):
             raise ConfigurationError(f"checks.sql label must be a string, got {self.label!r}.")
         if self.expect is not None:
-            predicate_fields.check(self.expect, "expect")
+            predicate_fields.check(self.expect, "expect", self.time_zone)
 
     def query_for(self, schema: Any) -> str:
         """The query run on a batch whose Spark schema is ``schema``.
@@ -258,7 +260,9 @@ class sql:
         if self.expect is None:
             return self.query
         columns = predicate_fields.types_of(schema)
-        predicate = predicate_fields.translate(self.expect, "expect", columns, "spark")
+        predicate = predicate_fields.translate(
+            self.expect, "expect", columns, "spark", self.time_zone
+        )
         return f"SELECT * FROM staged WHERE NOT coalesce(({predicate}), false)"
 
     @property
@@ -280,9 +284,10 @@ class sql:
         return f"returned rows, e.g. {[r.asDict() for r in rows]}"
 
 
-def expect(predicate: str, *, label: str | None = None) -> sql:
+def expect(predicate: str, *, label: str | None = None, time_zone: str | None = None) -> sql:
     """Fail if any row violates ``predicate`` (a Spark SQL boolean expression; a null
-    result counts as a violation).
+    result counts as a violation). ``time_zone``: as :attr:`MergeSpec.time_zone` (unset,
+    the active Spark session's, else ``UTC``, when the predicate reads it).
 
     Raises:
         ConfigurationError: ``predicate`` is not exactly one boolean expression
@@ -294,12 +299,15 @@ def expect(predicate: str, *, label: str | None = None) -> sql:
     text: object = predicate
     if not isinstance(text, str):
         raise ConfigurationError(f"checks.expect takes a predicate string, got {text!r}.")
-    predicate_fields.check(text, "expect")
+    zone = None if time_zone is None else predicate_fields.session_zone(time_zone)
+    if predicate_fields.check(text, "expect", zone or "UTC") and zone is None:
+        zone = predicate_fields.session_zone()  # it reads the session's zone: recorded
     rendered = render(text, "spark", "checks.expect")
     return sql(
         f"SELECT * FROM staged WHERE NOT coalesce(({rendered}), false)",
         label=label or f"expect({predicate!r})",
         expect=text,
+        time_zone=zone,
     )
 
 

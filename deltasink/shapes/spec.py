@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
 from deltasink.shapes.predicates import Dialect, render
-from deltasink.shapes.sparksql.fields import check, translate
+from deltasink.shapes.sparksql.fields import check, session_zone, translate
 from deltasink.shapes.sparksql.types import SqlType
 
 from . import spec_rules as rules
@@ -142,6 +142,13 @@ class MergeSpec:
             the target: where a row's validity starts and ends (the ``sequence_by``
             type; the end null while current) and whether it is current. Default
             ``("valid_from", "valid_to", "is_current")``; a batch must not have them.
+        time_zone: The session time zone a predicate's zone-less timestamp literal
+            (``TIMESTAMP '2024-01-01 12:00:00'``) and ``year``/``month``/``day``/``hour``
+            of a timestamp are read in, as Spark reads them in
+            ``spark.sql.session.timeZone``: ``UTC``, an offset (``+05:30``) or a region
+            (``Europe/Paris``). Unset, a spec whose predicates read it records the
+            zone of the Spark session active when it is built, else ``UTC``; every
+            engine and every later recovery reads the recorded one.
 
     A spec with ``update_columns``, ``except_columns``,
     ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are
@@ -173,6 +180,7 @@ class MergeSpec:
     null_safe_keys: bool = False
     history_columns: Sequence[str] | None = None
     target_predicate: str | None = None
+    time_zone: str | None = None
 
     def __post_init__(self) -> None:
         keys = rules.key_names(self.keys)
@@ -244,10 +252,13 @@ class MergeSpec:
             raise ConfigurationError(
                 "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
             )
+        if self.time_zone is not None:
+            session_zone(self.time_zone)  # one deltasink reads, or refused by name
         for name in PREDICATES:  # one boolean expression each, of allowed constructs
             text = getattr(self, name)
-            if text is not None:
-                check(text, name)
+            reads_zone = text is not None and check(text, name, self.time_zone or "UTC")
+            if reads_zone and self.time_zone is None:  # the session's zone, recorded
+                object.__setattr__(self, "time_zone", session_zone())
 
     def predicate(
         self,
@@ -272,7 +283,7 @@ class MergeSpec:
         if text is None:
             return None
         if columns is not None:
-            return translate(text, name, columns, dialect)
+            return translate(text, name, columns, dialect, self.time_zone)
         if dialect != "spark":
             raise ValueError("a predicate for delta-rs is translated for the columns it reads")
         return render(text, dialect, f"MergeSpec.{name}")
@@ -388,4 +399,5 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "history_columns": None,
     "target_predicate": None,
     "allow_missing_columns": False,
+    "time_zone": None,
 }

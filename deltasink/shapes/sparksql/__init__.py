@@ -34,7 +34,8 @@ def write(
     dialect: Dialect,
     evaluators: frozenset[Evaluator],
     scope: Scope,
-) -> str:
+    zone: str | None = None,
+) -> tuple[str, bool]:
     """``tree`` written out for ``dialect`` with Spark's meaning.
 
     Args:
@@ -44,10 +45,15 @@ def write(
         dialect: ``"spark"`` (Spark and Sail) or ``"datafusion"`` (delta-rs).
         evaluators: The engines the field reaches; rules for others are not applied.
         scope: How it names columns.
+        zone: The recorded session time zone (a zone-less timestamp literal, ``year``
+            of a timestamp...); ``None``: those are refused.
+
+    Returns:
+        The text, and whether it read ``zone``.
 
     Raises:
         Refusal: A construct deltasink does not give these evaluators.
         KeyError: A column that is not in ``columns`` (its name).
     """
-    walker = Walker(columns=columns, dialect=dialect, evaluators=evaluators, scope=scope)
-    return walker.predicate(tree)
+    walker = Walker(columns=columns, dialect=dialect, evaluators=evaluators, scope=scope, zone=zone)
+    return walker.predicate(tree), walker.zone_read

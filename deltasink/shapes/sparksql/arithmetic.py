@@ -9,8 +9,8 @@ import sqlglot.expressions as exp
 
 from .base import DELTA_RS, UNKNOWN, Base, Typed
 from .base import EXACT as _EXACT
-from .literals import Refusal
-from .types import DOUBLE, SqlType, arithmetic_type
+from .literals import Refusal, emit
+from .types import BOOLEAN, DOUBLE, STRING, SqlType, arithmetic_type
 
 __all__ = ["ARITHMETIC", "Arithmetic"]
 
@@ -81,9 +81,29 @@ class Arithmetic(Base):
                 "round differently",
                 "CAST the operands to DOUBLE, or compare a product (x > 2.5 * y)",
             )
-        self.divisor(right, "/", minus_one=True)
         a, b = self.cast(left, DOUBLE), self.cast(right, DOUBLE)
-        return Typed(f"({a.sql} / {b.sql})", DOUBLE)
+        if right.literal:
+            self.divisor(right, "/", minus_one=True)
+        if right.literal or UNKNOWN in (left.type, right.type):
+            return Typed(f"({a.sql} / {b.sql})", DOUBLE)
+        return Typed(self.guarded(a.sql, b.sql), DOUBLE)
+
+    def guarded(self, a: str, b: str) -> str:
+        """``a / b`` of doubles with Spark's zero divisor: Spark fails (ANSI mode; 0.0
+        and -0.0 alike) where it evaluates the division, DataFusion would give infinity
+        or NaN, Sail fails also where Spark does not evaluate it (the right side of an
+        AND whose left is false; seed 1116029113). The
+        failure is a text that does not convert, built from ``b`` (a constant one is
+        folded, and fails, even where not evaluated); where Spark does not evaluate
+        this part, null (:meth:`~.base.Base.narrow`)."""
+        text = self.cast_sql(b, DOUBLE, STRING)
+        fails = self.cast_sql(f"({text} || ' divides by zero')", STRING, DOUBLE)
+        skip = " OR ".join(f"({s})" for s in self.skips if s)
+        if skip:
+            fails = f"(CASE WHEN {skip} THEN CAST(NULL AS DOUBLE) ELSE {fails} END)"
+        # Spark: a null dividend is null before the divisor is looked at
+        zero = f"{b} = CAST('0.0' AS DOUBLE) AND {a} IS NOT NULL"
+        return f"(CASE WHEN {zero} THEN {fails} ELSE ({a} / {b}) END)"
 
     def modulo(self, node: exp.Mod) -> Typed:
         left, right = self.operands(node)
@@ -114,3 +134,69 @@ class Arithmetic(Base):
         if self.dialect == "spark":
             return Typed(f"({a.sql} div {b.sql})", bigint)
         return Typed(f"({a.sql} / {b.sql})", bigint)
+
+    def abs_(self, node: exp.Abs) -> Typed:
+        part = self.walk(node.this)
+        self.need_number(part, "abs")
+        if part.type.integral:
+            exact = self.cast(part, SqlType("decimal", 20, 0))
+            return self.exact(f"abs({exact.sql})", part.type, node)
+        return Typed(f"abs({part.sql})", part.type)
+
+    def isnan(self, node: exp.IsNan) -> Typed:
+        part = self.walk(node.this)
+        if part.type.integral or part.type.name == "decimal":
+            # Spark converts it to a double, never NaN: false, also for null
+            return Typed(f"({part.sql} IS NULL AND {part.sql} IS NOT NULL)", BOOLEAN)
+        if part.type.name not in ("float", "double", "unknown", "void"):
+            raise Refusal(
+                f"isnan of a {part.type}", "Spark takes a double", "write isnan(x) of a double"
+            )
+        # Spark: isnan(null) is false; Sail and DataFusion: null
+        return Typed(f"coalesce(isnan({part.sql}), FALSE)", BOOLEAN)
+
+    def round_double(self, part: Typed, places: int) -> Typed:
+        """``round`` of a double: Spark rounds its shortest decimal text (Java's
+        ``Double.toString``) half up, where Sail and DataFusion round its binary value
+        (``round(1.005, 2)``: 1.01 in Spark, 1.0 there). Written out: that text as a
+        decimal, rounded; a value of 2**52 or more is an integer already, one below
+        half a unit of the last place is 0.0, NaN and the infinities stay."""
+        if part.type.name == "float" or places > 4:
+            raise Refusal(
+                f"round of a {part.type} to {places} places" if places > 4 else "round of a float",
+                "deltasink rounds a double's decimal text to at most 4 places",
+                "round a double to 0 to 4 places, or CAST a float to DOUBLE first",
+            )
+        if part.literal and isinstance(part.value, float):
+            return self.cast(part, part.type)._replace(
+                sql=emit(_round_text(part.value, places), part.type, self.dialect),
+                value=_round_text(part.value, places),
+            )
+        x = part.sql
+        double = SqlType("double")
+        whole = emit(float(2**52), double, self.dialect)
+        tiny = emit(float(f"5e-{places + 1}"), double, self.dialect)
+        zero = emit(0.0, double, self.dialect)
+        wide = SqlType("decimal", 38, 22)
+        # only a value in range is written as text: the engines fold a constant's
+        # branch even where it is not taken (round(1e300, 1), seed 1116029113)
+        outside = f"isnan({x}) OR abs({x}) >= {whole} OR abs({x}) < {tiny}"
+        inside = f"(CASE WHEN {outside} THEN {zero} ELSE {x} END)"
+        text = self.cast_sql(self.cast_sql(inside, double, STRING), STRING, wide)
+        rounded = self.cast_sql(f"round({text}, {places})", wide, double)
+        return Typed(
+            f"(CASE WHEN isnan({x}) OR abs({x}) >= {whole} THEN {x} "
+            f"WHEN abs({x}) < {tiny} THEN {zero} ELSE {rounded} END)",
+            double,
+        )
+
+
+def _round_text(value: float, places: int) -> float:
+    """Spark's ``round`` of a double literal: its shortest text rounded half up."""
+    import math
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if math.isnan(value) or abs(value) >= 2.0**52:  # an integer already (or inf)
+        return value
+    step = Decimal(1).scaleb(-places)
+    return float(Decimal(repr(value)).quantize(step, rounding=ROUND_HALF_UP)) + 0.0

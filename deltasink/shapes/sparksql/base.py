@@ -80,8 +80,13 @@ class Base:
         dialect: Dialect,
         evaluators: frozenset[Evaluator],
         scope: Scope,
+        zone: str | None = None,
     ) -> None:
         self.columns = columns
+        #: The recorded session time zone (``None``: none recorded, what reads it is
+        #: refused); :attr:`zone_read` tells whether the walk read it.
+        self.zone = zone
+        self.zone_read = False
         self.by_lower = None if columns is None else {name.lower(): name for name in columns}
         self.dialect = dialect
         self.evaluators = evaluators
@@ -127,7 +132,10 @@ class Base:
         if part.literal:
             from .literals import convert
 
-            value = convert(part.value, part.type, to)
+            def zone() -> str:
+                return self.session_zone("a timestamp literal without its zone")
+
+            value = convert(part.value, part.type, to, zone)
             return Typed(emit(value, to, self.dialect), to, value)
         return Typed(self.cast_sql(part.sql, part.type, to), to)
 
@@ -141,6 +149,18 @@ class Base:
                 return f"CAST({sql} AS DECIMAL({to.precision},{to.scale}))"
             return f"CAST({sql} AS {str(to).upper()})"
         return f"CAST({sql} AS {to.datafusion()})"
+
+    def session_zone(self, construct: str) -> str:
+        """The recorded session time zone ``construct`` reads, or a :class:`Refusal`."""
+        if self.zone is None:
+            raise Refusal(
+                construct,
+                "Spark reads it in the session's time zone, and this setting has no recorded one",
+                "give the zone (TIMESTAMP '2024-01-01 12:00:00Z'), or build the spec or "
+                "check with a time zone (time_zone='UTC')",
+            )
+        self.zone_read = True
+        return self.zone
 
     def quote(self, name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
@@ -172,7 +192,9 @@ class Base:
         ``kind``: an overflow fails, as in Spark's ANSI mode (:meth:`narrow`)."""
         return Typed(self.narrow(sql, EXACT, kind, node), kind)
 
-    def narrow(self, sql: str, source: SqlType, kind: SqlType, node: exp.Expr) -> str:
+    def narrow(
+        self, sql: str, source: SqlType, kind: SqlType, node: exp.Expr, *, fails: bool = True
+    ) -> str:
         """``CAST(sql AS kind)`` to an integral ``kind`` that fails, as Spark's ANSI
         mode does, when the value (truncated toward zero) is out of ``kind``'s range.
 
@@ -183,7 +205,7 @@ class Base:
         (a failure then fails the query, as Spark's does), where they would also fold
         the failing branch."""
         converted = self.cast_sql(sql, source, kind)
-        if not reads_columns(node):
+        if not reads_columns(node) and fails:
             return converted
         low, high = integral_bounds(kind)
         if source.integral or (source.name == "decimal" and source.scale == 0):
@@ -211,21 +233,34 @@ class Base:
             upper = f"< {emit(float(high + 1), double, self.dialect)}"
             inside = f"{as_double} {lower} AND {as_double} {upper}"
         text = self.cast_sql(sql, source, STRING)
-        fails = self.cast_sql(f"({text} || '{OVERFLOWS}')", STRING, kind)  # null stays null
+        if not fails:
+            return f"(CASE WHEN {inside} THEN {converted} END)"
+        failing = self.cast_sql(f"({text} || '{OVERFLOWS}')", STRING, kind)  # null stays null
         # where Spark would not evaluate this part, neither fail: DataFusion evaluates
         # both sides of AND/OR, and rewrites a boolean CASE into them
         skip = " OR ".join(f"({s})" for s in self.skips if s)
         skipped = f" WHEN {skip} THEN {emit(None, kind, self.dialect)}" if skip else ""
-        return f"(CASE WHEN {inside} THEN {converted}{skipped} ELSE {fails} END)"
+        return f"(CASE WHEN {inside} THEN {converted}{skipped} ELSE {failing} END)"
 
-    def nan_safe(self, part: Typed) -> Typed:
-        """A float or double with every NaN made the one NaN Spark has: DataFusion and
-        Sail order a NaN with the sign bit set (what x86 arithmetic yields, e.g.
-        inf % 7) below every number, Spark above, equal to every other NaN."""
-        if not part.type.fractional or part.literal:
+    def nan_safe(self, part: Typed, *, zero: bool = False) -> Typed:
+        """A float or double with every NaN made the one NaN Spark has, and -0.0 made
+        0.0: DataFusion and Sail order a NaN with the sign bit set (what x86 arithmetic
+        yields, e.g. inf % 7) below every number, Spark above, equal to every other NaN;
+        and DataFusion turns four or more ``=`` joined by OR into an ``IN`` list, whose
+        hashing finds -0.0 outside (0.0) (differential suite, seed 20261126): ``zero``
+        (``IN``'s terms) writes -0.0 as 0.0 too."""
+        if not part.type.fractional:
+            return part
+        if part.literal:
+            if isinstance(part.value, float) and part.value == 0.0:
+                return Typed(emit(0.0, part.type, self.dialect), part.type, 0.0)
             return part
         nan = emit(float("nan"), part.type, self.dialect)
-        return part._replace(sql=f"(CASE WHEN isnan({part.sql}) THEN {nan} ELSE {part.sql} END)")
+        naught = emit(0.0, part.type, self.dialect)
+        plus = f"WHEN {part.sql} = {naught} THEN {naught} " if zero else ""
+        return part._replace(
+            sql=f"(CASE WHEN isnan({part.sql}) THEN {nan} {plus}ELSE {part.sql} END)"
+        )
 
 
 def reads_columns(node: exp.Expr) -> bool:
@@ -239,7 +274,8 @@ def reads_columns(node: exp.Expr) -> bool:
         for arg in [node.this, *node.expressions]:
             if reads_columns(arg):
                 return True
-            if isinstance(arg, exp.Literal):  # a non-null constant: the rest is not read
+            literal = arg.this if isinstance(arg, exp.Neg) else arg  # -128 too (seed 1116029113)
+            if isinstance(literal, exp.Literal):  # a non-null constant: the rest is not read
                 return False
         return False
     return any(reads_columns(child) for child in node.iter_expressions())

@@ -84,7 +84,7 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct(
         "year / month / day",
         "year(day) = 2024",
-        "of a date; of a timestamp it needs the session time zone",
+        "of a date (a string literal: converted to a date, as in Spark)",
     ),
     Construct("floor / ceil", "floor(price) = 1", "a bigint; NaN is 0, beyond the range its ends"),
     Construct("cast to integer", "CAST(amount AS INT) = 1", "truncates; out of range fails"),
@@ -138,26 +138,49 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct(
         "timestamp literal",
         "ts < TIMESTAMP '2024-01-01 12:00:00+01:00'",
-        "needs its zone (Z or +hh:mm)",
-    ),
-    Construct("binary column", "data = X'00'", ""),
-    Construct("binary literal", "data <> X'6162'", ""),
-    # refused: the examples show why, in the table
-    Construct("RLIKE", "name RLIKE '^a.c$'", "Java's regular expressions; the others' differ"),
-    Construct("ILIKE", "name ILIKE 'a%'", ""),
-    Construct(
-        "round of a double", "round(price, 2) = 1.01", "Sail and DataFusion round the binary value"
-    ),
-    Construct("/ of a decimal", "amount / 3 > 0.3", "Sail and DataFusion round to other scales"),
-    Construct(
-        "/ by a column", "qty / big > 1", "Spark fails on zero (ANSI); DataFusion gives infinity"
+        "with its zone (Z or +hh:mm), an instant",
     ),
     Construct(
         "timestamp literal without zone",
         "ts < TIMESTAMP '2024-01-01 12:00:00'",
-        "session time zone",
+        "read in the recorded session time zone (`time_zone`), as Spark reads it",
     ),
-    Construct("year of a timestamp", "year(ts) = 2024", "session time zone"),
+    Construct(
+        "year / month / day / hour of a timestamp",
+        "hour(ts) = 12",
+        "in the recorded session time zone, whichever session evaluates it",
+    ),
+    Construct(
+        "RLIKE",
+        "name RLIKE '(?i)^a.c$'",
+        "Java's pattern written so Rust reads it alike: `.`, `\\d \\w \\s`, a final `$` "
+        "and `(?i)` spelled out",
+    ),
+    Construct(
+        "round of a double",
+        "round(price, 2) = 1.01",
+        "Spark's: the shortest decimal text rounded half up (round(1.005, 2) is 1.01)",
+    ),
+    Construct(
+        "/ by a column",
+        "qty / big > 1",
+        "a zero divisor fails, as in Spark's ANSI mode (DataFusion: infinity)",
+    ),
+    Construct(
+        "try_cast",
+        "try_cast(name AS INT) = 1",
+        "of a string or number to an integer: null where Spark's conversion fails",
+    ),
+    Construct("binary column", "data = X'00'", ""),
+    Construct("binary literal", "data <> X'6162'", ""),
+    # refused: the examples show why, in the table
+    Construct(
+        "RLIKE a construct Java and Rust read apart",
+        "name RLIKE '(?<=a)b'",
+        "look-around, back-references, possessive, \\Q...\\E, \\p{..}, \\b, $ before more",
+    ),
+    Construct("ILIKE", "name ILIKE 'a%'", ""),
+    Construct("/ of a decimal", "amount / 3 > 0.3", "Sail and DataFusion round to other scales"),
     Construct(
         "CAST of a double to decimal",
         "CAST(price AS DECIMAL(10,2)) = 1.01",
@@ -165,7 +188,6 @@ CONSTRUCTS: tuple[Construct, ...] = (
     ),
     Construct("CAST of a double to string", "CAST(price AS STRING) = '1.0'", "1.0E10 in Spark"),
     Construct("string compared with a number", "name = 3", "ANSI mode decides"),
-    Construct("try_cast", "try_cast(name AS INT) = 1", ""),
     Construct("current_date", "day = current_date()", "not deterministic: a recovery would differ"),
     Construct("other functions", "array_contains(array(1, 2), qty)", "not in this table"),
 )

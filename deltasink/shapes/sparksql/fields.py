@@ -38,7 +38,7 @@ from .base import DELTA_RS, EVERY, SAIL, Evaluator, Scope
 from .literals import Refusal
 from .types import SqlType
 
-__all__ = ["FIELDS", "Field", "FieldName", "check", "translate"]
+__all__ = ["FIELDS", "Field", "FieldName", "check", "session_zone", "translate"]
 
 FieldName = Literal[
     "delete_when",
@@ -87,9 +87,11 @@ def _refused(field: Field, text: str, refusal: Refusal) -> ConfigurationError:
 
 
 @functools.lru_cache(maxsize=512)
-def check(text: str, name: FieldName) -> None:
+def check(text: str, name: FieldName, zone: str | None = None) -> bool:
     """``text`` as field ``name`` when the spec or check is built: parsed as exactly one
     boolean expression, every construct allowed for the engines the field reaches.
+    ``zone``: the recorded session time zone (:func:`session_zone`), or ``None`` (what
+    reads it is refused). Returns whether ``text`` reads the zone.
 
     Raises:
         ConfigurationError: It does not parse as one predicate, or uses a construct
@@ -100,9 +102,17 @@ def check(text: str, name: FieldName) -> None:
     field = FIELDS[name]
     tree = parse_predicate(text, field.what)
     try:
-        write(tree, columns=None, dialect="spark", evaluators=field.evaluators, scope=field.scope)
+        _, read = write(
+            tree,
+            columns=None,
+            dialect="spark",
+            evaluators=field.evaluators,
+            scope=field.scope,
+            zone=zone,
+        )
     except Refusal as refusal:
         raise _refused(field, text, refusal) from None
+    return read
 
 
 def translate(
@@ -110,20 +120,24 @@ def translate(
     name: FieldName,
     columns: Mapping[str, SqlType],
     dialect: Literal["spark", "delta-rs"],
+    zone: str | None = None,
 ) -> str:
     """``text`` as field ``name`` written out for ``dialect`` over ``columns`` (the
-    batch's or the target's, with their Spark types), with Spark's meaning.
+    batch's or the target's, with their Spark types), with Spark's meaning; ``zone``
+    the recorded session time zone (``None``: what reads it is refused).
 
     Raises:
         ConfigurationError: A construct refused for these column types.
         InvalidInputError: It names a column that is not among ``columns``.
     """
     key = tuple(sorted((c, str(t)) for c, t in columns.items()))
-    return _translate(text, name, key, dialect)
+    return _translate(text, name, key, dialect, zone)
 
 
 @functools.lru_cache(maxsize=512)
-def _translate(text: str, name: FieldName, key: tuple[tuple[str, str], ...], dialect: str) -> str:
+def _translate(
+    text: str, name: FieldName, key: tuple[tuple[str, str], ...], dialect: str, zone: str | None
+) -> str:
     from deltasink.shapes.predicates import parse_predicate
 
     from .types import parse_type
@@ -138,7 +152,8 @@ def _translate(text: str, name: FieldName, key: tuple[tuple[str, str], ...], dia
             dialect="datafusion" if dialect == "delta-rs" else "spark",
             evaluators=field.evaluators,
             scope=field.scope,
-        )
+            zone=zone,
+        )[0]
     except Refusal as refusal:
         raise _refused(field, text, refusal) from None
     except KeyError as missing:
@@ -146,6 +161,39 @@ def _translate(text: str, name: FieldName, key: tuple[tuple[str, str], ...], dia
             f"{field.what} {text!r} is not a valid Spark SQL predicate over the columns "
             f"{[c for c, _ in key]}: it names {missing.args[0]!r}, which is not one of them."
         ) from None
+
+
+def session_zone(given: str | None = None) -> str:
+    """The session time zone a spec or check records (a zone-less timestamp literal and
+    ``year``/``month``/``day``/``hour`` of a timestamp are read in it, as Spark reads
+    them in ``spark.sql.session.timeZone``): ``given``, else the active Spark session's
+    (classic or Spark Connect, when PySpark is loaded), else ``UTC``, the embedded
+    engine's. A region (``Europe/Paris``), ``UTC`` or an offset (``+05:30``).
+
+    Raises:
+        ConfigurationError: A zone deltasink does not read (``PST``, ``GMT+1``).
+    """
+    import sys
+
+    zone = given
+    if zone is None and "pyspark.sql" in sys.modules:
+        try:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            zone = None if active is None else active.conf.get("spark.sql.session.timeZone")
+        except Exception:  # no usable session: the default
+            zone = None
+    zone = zone or "UTC"
+    from .literals import zone_info
+
+    try:
+        zone_info(zone)
+    except Refusal as refusal:
+        raise ConfigurationError(
+            f"The time zone {zone!r}: {refusal.why}. {refusal.way_out}."
+        ) from None
+    return zone
 
 
 def types_of(schema: object) -> dict[str, SqlType]:

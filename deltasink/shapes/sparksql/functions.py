@@ -16,10 +16,11 @@ from typing import Any
 
 import sqlglot.expressions as exp
 
-from .base import DELTA_RS, EVERY, Base, Typed
-from .literals import Refusal, emit
+from .arithmetic import Arithmetic
+from .base import DELTA_RS, EVERY, Base, Typed, reads_columns
+from .literals import Refusal, emit, zone_info
 from .strings import Strings
-from .types import BOOLEAN, INT, SqlType
+from .types import INT, SqlType
 
 __all__ = ["Functions", "type_of"]
 
@@ -39,7 +40,14 @@ _TYPES = {
 }
 _JAVA_PATTERN = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
 _PATTERN_TEXT = set("-/:. T_")
-_PARTS = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day"}
+_PARTS = {
+    exp.Year: "year",
+    exp.Month: "month",
+    exp.Day: "day",
+    exp.DayOfMonth: "day",
+    exp.Hour: "hour",
+}
+_DAY_MICROS = 86_400_000_000
 _BIGINT = SqlType("bigint")
 
 
@@ -77,15 +85,14 @@ class Functions(Strings, Base):
             )
         return handler(self, node)  # type: ignore[no-any-return]
 
+    def round_double(self, part: Typed, places: int) -> Typed:  # pragma: no cover
+        raise NotImplementedError  # the walker's (arithmetic.py)
+
     # -- CAST ----------------------------------------------------------------------------
 
     def cast_node(self, node: exp.Cast) -> Typed:
         if isinstance(node, exp.TryCast) and node.args.get("safe"):
-            raise Refusal(
-                "try_cast",
-                "its null for a failed conversion depends on each engine's parser",
-                "CAST a value you know converts",
-            )
+            return self.try_cast(node)
         if node.args.get("format"):
             raise Refusal("CAST ... FORMAT", "not Spark SQL", "write CAST(x AS type)")
         target = type_of(node.to)
@@ -114,15 +121,44 @@ class Functions(Strings, Base):
             converted = f"(CASE WHEN {skip} THEN {null} ELSE {converted} END)"
         return Typed(converted, target)
 
-    # -- numbers -------------------------------------------------------------------------
-
-    def abs_(self, node: exp.Abs) -> Typed:
+    def try_cast(self, node: exp.TryCast) -> Typed:
+        """``try_cast``: ``CAST`` with null where Spark's conversion fails. Of a string
+        to an integer Spark's parser is spelled out (characters up to a space and DEL
+        trimmed, a sign, digits; out of range null): the engines' own parsers trim
+        other characters. Of a number to a narrower integer, null out of range."""
+        target = type_of(node.to)
         part = self.walk(node.this)
-        self.need_number(part, "abs")
-        if part.type.integral:
-            exact = self.cast(part, SqlType("decimal", 20, 0))
-            return self.exact(f"abs({exact.sql})", part.type, node)
-        return Typed(f"abs({part.sql})", part.type)
+        source = part.type
+        if part.literal:
+            try:
+                return self.cast(part, target)
+            except Refusal as refusal:
+                if not refusal.why.startswith("Spark cannot convert"):
+                    raise
+                return Typed(emit(None, target, self.dialect), target, None)
+        if not reads_columns(node.this) and source.name not in ("unknown", "void"):
+            self.refuse(
+                "try_cast of a constant expression",
+                "Sail and DataFusion fold it by rules of their own and fail where Spark "
+                "answers null",
+                "write the literal, or try_cast a column",
+            )
+        if source.name == "string" and target.integral:
+            return Typed(self.parse_integer(part.sql, target), target)
+        if source.numeric and target.integral and not (source.integral and _wider(target, source)):
+            return Typed(self.narrow(part.sql, source, target, node, fails=False), target)
+        if source.name in ("unknown", "void"):
+            return Typed(f"try_cast({part.sql} AS {str(target).upper()})", target)
+        if target.name == "decimal" or source.name == "string":
+            self.refuse(
+                f"try_cast of a {source} AS {target}",
+                "deltasink spells out try_cast of a string to an integer, and of a number "
+                "to an integer, only",
+                "CAST a value you know converts",
+            )
+        return self.cast_node(exp.Cast(this=node.this.copy(), to=node.to.copy()))
+
+    # -- numbers -------------------------------------------------------------------------
 
     def round_(self, node: exp.Round) -> Typed:
         part = self.walk(node.this)
@@ -136,13 +172,7 @@ class Functions(Strings, Base):
             )
         kind = part.type
         if kind.fractional:
-            raise Refusal(
-                f"round of a {kind}",
-                "Spark rounds the double's decimal text half up (round(1.005, 2) is 1.01); "
-                "Sail and DataFusion round its binary value (1.0)",
-                "keep the value in a decimal column and round that (round(amount, 2)), "
-                "or round in the job",
-            )
+            return self.round_double(part, places.value)
         self.need_number(part, "round")
         if kind.integral or kind.name in ("unknown", "void"):
             return part if kind.integral else Typed(f"round({part.sql}, {places.value})", kind)
@@ -187,15 +217,6 @@ class Functions(Strings, Base):
             _BIGINT,
         )
 
-    def isnan(self, node: exp.IsNan) -> Typed:
-        part = self.walk(node.this)
-        if part.type.name not in ("float", "double", "unknown", "void"):
-            raise Refusal(
-                f"isnan of a {part.type}", "Spark takes a double", "write isnan(x) of a double"
-            )
-        # Spark: isnan(null) is false; Sail and DataFusion: null
-        return Typed(f"coalesce(isnan({part.sql}), FALSE)", BOOLEAN)
-
     # -- dates ---------------------------------------------------------------------------
 
     def temporal(self, part: Typed, name: str) -> None:
@@ -222,16 +243,52 @@ class Functions(Strings, Base):
             inner = inner.this
         part = self.walk(inner)
         name = _PARTS[type(node)]
+        if part.literal and part.type.name == "string":  # Spark converts it to a date
+            part = self.cast(part, SqlType("date" if name != "hour" else "timestamp"))
+        if part.type.name == "timestamp":
+            return self.zoned_part(part, name)
+        if part.type.name == "unknown" and self.zone is not None:
+            self.zone_read = True  # a timestamp column would read it: recorded
         self.temporal(part, name)
+        if name == "hour" and part.type.name == "date":
+            raise Refusal("hour of a date", "Spark reads the date as a timestamp", "hour(ts)")
         if self.dialect == "spark":
             return Typed(f"{name}({part.sql})", INT)
         return Typed(f"CAST(date_part('{name}', {part.sql}) AS INT)", INT)
+
+    def zoned_part(self, part: Typed, name: str) -> Typed:
+        """``name`` (year, month, day, hour) of an instant read in the recorded session
+        time zone, whichever session evaluates it: DataFusion reads a timestamp in the
+        zone of its type; for Spark and Sail the wall-clock microseconds in that zone
+        (``from_utc_timestamp``, which does not read the session's zone) give the day
+        and the hour."""
+        zone = self.session_zone(f"{name} of a timestamp")
+        if self.dialect == "datafusion":
+            shown = (
+                part.sql
+                if zone == "UTC"
+                else (f"arrow_cast({part.sql}, 'Timestamp(Microsecond, Some(\"{zone}\"))')")
+            )
+            return Typed(f"CAST(date_part('{name}', {shown}) AS INT)", INT)
+        offset = zone_info(zone).utcoffset(None) if "/" not in zone else None
+        if offset is not None:  # UTC or an offset: Sail's from_utc_timestamp refuses +01:00
+            micros = (offset.days * 86_400 + offset.seconds) * 1_000_000
+            wall = f"(unix_micros({part.sql}) + {micros})"
+        else:
+            wall = f"unix_micros(from_utc_timestamp({part.sql}, '{zone}'))"
+        within = f"pmod({wall}, {_DAY_MICROS})"
+        if name == "hour":
+            return Typed(f"CAST({within} div 3600000000 AS INT)", INT)
+        day = f"date_from_unix_date(CAST(({wall} - {within}) div {_DAY_MICROS} AS INT))"
+        return Typed(f"{name}({day})", INT)
 
     def date_format(self, node: exp.TimeToStr) -> Typed:
         inner = node.this
         if isinstance(inner, exp.TimeStrToTime):
             inner = inner.this
         part = self.walk(inner)
+        if part.literal and part.type.name == "string":  # Spark converts it to a date
+            part = self.cast(part, SqlType("date"))
         self.temporal(part, "date_format")
         spark_sql = node.sql("spark")
         found = re.search(r",\s*'((?:[^'\\]|\\.)*)'\)$", spark_sql)
@@ -318,11 +375,11 @@ def _cast_rule(source: SqlType, target: SqlType) -> tuple[str, frozenset[Any]] |
 _FUNCTIONS: dict[type, Any] = {
     exp.Cast: Functions.cast_node,
     exp.TryCast: Functions.cast_node,
-    exp.Abs: Functions.abs_,
+    exp.Abs: Arithmetic.abs_,
     exp.Round: Functions.round_,
     exp.Floor: Functions.floor_ceil,
     exp.Ceil: Functions.floor_ceil,
-    exp.IsNan: Functions.isnan,
+    exp.IsNan: Arithmetic.isnan,
     exp.TimeToStr: Functions.date_format,
     **dict.fromkeys(_PARTS, Functions.date_part),
     **Strings.HANDLERS,

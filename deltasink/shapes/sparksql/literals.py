@@ -14,12 +14,13 @@ from __future__ import annotations
 import datetime
 import math
 import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 
 from .types import INTEGRAL, MAX_PRECISION, SqlType
 
-__all__ = ["Dialect", "Refusal", "convert", "decimal_type", "emit", "number"]
+__all__ = ["Dialect", "Refusal", "convert", "decimal_type", "emit", "number", "zone_info"]
 
 #: Who reads an emitted expression: Spark SQL (Spark and the embedded engine's Sail
 #: Spark), or DataFusion's SQL parser (delta-rs).
@@ -101,7 +102,36 @@ def _date(text: str) -> datetime.date:
         raise _bad(text, SqlType("date")) from None
 
 
-def _timestamp(text: str, target: SqlType) -> datetime.datetime:
+_OFFSET = re.compile(r"^([+-])([0-9]{2}):([0-9]{2})$")
+
+
+def zone_info(zone: str) -> datetime.tzinfo:
+    """The session time zone ``zone`` (``UTC``, ``+05:30``, a region of the time zone
+    database such as ``Europe/Paris``) as Python reads it, or a :class:`Refusal`."""
+    found = _OFFSET.match(zone)
+    if zone in ("UTC", "Z"):
+        return datetime.timezone.utc
+    if found and int(found.group(2)) <= 18 and int(found.group(3)) < 60:
+        offset = datetime.timedelta(hours=int(found.group(2)), minutes=int(found.group(3)))
+        return datetime.timezone(-offset if found.group(1) == "-" else offset)
+    if "/" in zone:
+        import zoneinfo
+
+        try:
+            return zoneinfo.ZoneInfo(zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            pass
+    raise Refusal(
+        f"the time zone {zone!r}",
+        "deltasink reads UTC, an offset (+05:30) or a region of the time zone database "
+        "(Europe/Paris), which Spark, Sail and DataFusion read alike",
+        "set spark.sql.session.timeZone or time_zone to one of those",
+    )
+
+
+def _timestamp(
+    text: str, target: SqlType, session: Callable[[], str] | None = None
+) -> datetime.datetime:
     found = _TIMESTAMP.match(text)
     if not found:
         raise Refusal(
@@ -127,12 +157,16 @@ def _timestamp(text: str, target: SqlType) -> datetime.datetime:
             )
         return value
     if not zone:
-        raise Refusal(
-            f"the timestamp literal {text!r} without a zone",
-            "Spark reads it in the session's time zone, which another engine, session or "
-            "a later recovery may not share",
-            f"give the zone: TIMESTAMP '{text.strip()}Z' (UTC) or +hh:mm",
-        )
+        if session is None:
+            raise Refusal(
+                f"the timestamp literal {text!r} without a zone",
+                "Spark reads it in the session's time zone, and this setting has no recorded one",
+                f"give the zone: TIMESTAMP '{text.strip()}Z' (UTC) or +hh:mm",
+            )
+        # Spark: the wall-clock time in the session's zone (in a gap, moved forward by
+        # the gap; in an overlap, the earlier offset: Python's fold=0 alike)
+        local = value.replace(tzinfo=zone_info(session()))
+        return local.astimezone(datetime.timezone.utc)
     offset = (
         datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])) if zone != "Z" else None
     )
@@ -142,9 +176,12 @@ def _timestamp(text: str, target: SqlType) -> datetime.datetime:
     return value.replace(tzinfo=tz).astimezone(datetime.timezone.utc)
 
 
-def convert(value: object, source: SqlType, target: SqlType) -> object:
+def convert(
+    value: object, source: SqlType, target: SqlType, zone: Callable[[], str] | None = None
+) -> object:
     """``CAST(value AS target)`` of a literal, under Spark's ANSI rules, or a
-    :class:`Refusal` where Spark would fail or deltasink does not follow."""
+    :class:`Refusal` where Spark would fail or deltasink does not follow; ``zone`` gives
+    the session time zone a zone-less timestamp is read in (``None``: refused)."""
     if value is None or source == target:
         return value
     if source.name == "string":
@@ -152,7 +189,7 @@ def convert(value: object, source: SqlType, target: SqlType) -> object:
         if target.name == "date":
             return _date(value)
         if target.name in ("timestamp", "timestamp_ntz"):
-            return _timestamp(value, target)
+            return _timestamp(value, target, zone)
         if target.integral:
             if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
                 raise _bad(value, target)
@@ -256,7 +293,8 @@ def emit(value: object, kind: SqlType, dialect: Dialect) -> str:
         )
     if kind.integral or kind.name == "decimal":
         return (
-            f"CAST({_string(str(value), dialect)} AS {_type(kind, dialect)})"
+            # plain digits: the engines do not read 0E-10 (differential suite, seed 1683972181)
+            f"CAST({_string(format(Decimal(value), 'f'), dialect)} AS {_type(kind, dialect)})"  # type: ignore[arg-type]
             if kind.name == "decimal"
             else f"CAST({value} AS {_type(kind, dialect)})"
         )

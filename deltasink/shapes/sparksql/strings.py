@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import sqlglot.expressions as exp
 
 from .base import Base, Typed
-from .literals import Refusal, emit
-from .types import BOOLEAN, INT, STRING
+from .literals import Refusal, emit, integral_bounds
+from .types import BOOLEAN, INT, STRING, SqlType
 
 __all__ = ["Strings", "like_tokens"]
 
@@ -178,15 +178,53 @@ class Strings(Base):
         null = emit(None, left.type, self.dialect)
         return Typed(f"(CASE WHEN ({a.sql} = {b.sql}) THEN {null} ELSE {left.sql} END)", left.type)
 
-    def refuse_regex(self, node: exp.RegexpLike | exp.ILike) -> Typed:
-        name = "RLIKE" if isinstance(node, exp.RegexpLike) else "ILIKE"
-        why = (
-            "Spark's regular expressions are Java's; the other engines' differ (\\d, \\w, "
-            ". and $ match other characters)"
-            if name == "RLIKE"
-            else "case-insensitive matching differs between the engines for some letters"
+    def rlike(self, node: exp.RegexpLike) -> Typed:
+        """``RLIKE``: the pattern rewritten so that Java (Spark) and Rust (Sail,
+        DataFusion) read it alike (:mod:`.regex`), or refused."""
+        from .regex import translate_regex
+
+        if node.args.get("flag") is not None:
+            raise Refusal("regexp_like with flags", "not Spark SQL", "write (?i) in the pattern")
+        self.no_chain(node)
+        value = self.text(node.this, "RLIKE")
+        pattern = self.walk(node.expression)
+        if not (pattern.literal and isinstance(pattern.value, str)):
+            raise Refusal(
+                "RLIKE with a pattern that is not a string literal",
+                "deltasink rewrites the pattern before handing it over",
+                "write x RLIKE '^ab+c'",
+            )
+        rewritten = emit(translate_regex(pattern.value), STRING, self.dialect)
+        op = "RLIKE" if self.dialect == "spark" else "~"
+        return Typed(f"({value.sql} {op} {rewritten})", BOOLEAN)
+
+    def refuse_regex(self, node: exp.ILike) -> Typed:
+        raise Refusal(
+            "ILIKE",
+            "case-insensitive matching differs between the engines for some letters",
+            "write LIKE patterns, lower(x) LIKE 'abc%', or startswith",
         )
-        raise Refusal(name, why, "write LIKE patterns, lower(x) LIKE 'abc%', or startswith")
+
+    def parse_integer(self, sql: str, target: SqlType) -> str:
+        """Spark's ``try_cast`` of the string ``sql`` to the integer type ``target``."""
+        space = "[\\x{0}-\\x{20}\\x{7F}]"
+        match = "RLIKE" if self.dialect == "spark" else "~"
+        flags = "" if self.dialect == "spark" else ", 'g'"
+        shape = emit(f"^{space}*[+-]?[0-9]{{1,38}}{space}*\\z", STRING, self.dialect)
+        longer = emit(f"^{space}*[+-]?[0-9]+{space}*\\z", STRING, self.dialect)
+        wide = SqlType("decimal", 38, 0)
+        digits = f"regexp_replace({sql}, {emit(space, STRING, self.dialect)}, ''{flags})"
+        value = self.cast_sql(digits, STRING, wide)
+        low, high = (emit(v, wide, self.dialect) for v in integral_bounds(target))
+        inside = f"(CASE WHEN {value} BETWEEN {low} AND {high} THEN {self.cast_sql(value, wide, target)} END)"
+        skip = " OR ".join(f"({s})" for s in self.skips if s)
+        fails = self.cast_sql(f"({sql} || ' has over 38 digits')", STRING, target)
+        if skip:
+            fails = f"(CASE WHEN {skip} THEN {emit(None, target, self.dialect)} ELSE {fails} END)"
+        return (
+            f"(CASE WHEN {sql} {match} {shape} THEN {inside} "
+            f"WHEN {sql} {match} {longer} THEN {fails} END)"
+        )
 
     HANDLERS: ClassVar[dict[type, Any]] = {}
 
@@ -226,6 +264,6 @@ Strings.HANDLERS = {
     exp.Like: Strings.like,
     exp.Escape: Strings.like,
     exp.Nullif: Strings.nullif,
-    exp.RegexpLike: Strings.refuse_regex,
+    exp.RegexpLike: Strings.rlike,
     exp.ILike: Strings.refuse_regex,
 }

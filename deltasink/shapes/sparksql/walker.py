@@ -219,7 +219,9 @@ class Walker(Arithmetic, Functions):
         self.no_chain(node)
         null_safe = isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ))
         left, right = self.unify(list(self.operands(node, null_safe=null_safe)), op)
-        left, right = self.nan_safe(left), self.nan_safe(right)
+        # = with a literal: DataFusion may join several into an IN list (nan_safe)
+        listed = op in ("=", "<>") and (left.literal or right.literal)
+        left, right = self.nan_safe(left, zero=listed), self.nan_safe(right, zero=listed)
         if {left.type.name, right.type.name} & {"binary"} and op not in ("=", "<>"):
             self.refuse(
                 f"{op} between binary values",
@@ -268,7 +270,7 @@ class Walker(Arithmetic, Functions):
             if terms and OVERFLOWS in first.sql:  # Spark stops at the first match
                 with self.skipping(" OR ".join(f"coalesce({t}, FALSE)" for t in terms)):
                     part = self.cast(self.walk(item), first.type)
-            left, right = self.nan_safe(unified[0]), self.nan_safe(part)
+            left, right = self.nan_safe(unified[0], zero=True), self.nan_safe(part, zero=True)
             terms.append(f"({left.sql} = {right.sql})")
         return Typed("(" + " OR ".join(terms) + ")", BOOLEAN)
 
