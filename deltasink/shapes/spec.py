@@ -244,14 +244,7 @@ class MergeSpec:
         rules.check_partial_update(self, keys)
         rules.check_not_matched_by_source(self)
         rules.check_replace(self)
-        for flag in ("null_safe_keys", "allow_missing_columns"):
-            value = getattr(self, flag)
-            if not isinstance(value, bool):
-                raise ConfigurationError(f"MergeSpec.{flag} must be True or False, got {value!r}.")
-        if self.null_safe_keys and not keys:
-            raise ConfigurationError(
-                "MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert')."
-            )
+        rules.check_flags(self, keys)
         if self.time_zone is not None:
             session_zone(self.time_zone)  # one deltasink reads, or refused by name
         for name in PREDICATES:  # one boolean expression each, of allowed constructs

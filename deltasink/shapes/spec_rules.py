@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_HISTORY_COLUMNS",
     "NotMatchedBySource",
     "SpecFields",
+    "check_flags",
     "check_history",
     "check_not_matched_by_source",
     "check_partial_update",
@@ -234,3 +235,14 @@ def check_partial_update(spec: SpecFields, keys: tuple[str, ...]) -> None:
             "updated row's sequence must follow it.",
             column=seq,
         )
+
+
+def check_flags(spec: SpecFields, keys: tuple[str, ...]) -> None:
+    """``null_safe_keys`` and ``allow_missing_columns`` are booleans; null-safe keys
+    need keys."""
+    for flag in ("null_safe_keys", "allow_missing_columns"):
+        value = getattr(spec, flag)
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"MergeSpec.{flag} must be True or False, got {value!r}.")
+    if spec.null_safe_keys and not keys:
+        raise ConfigurationError("MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert').")
