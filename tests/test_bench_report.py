@@ -7,6 +7,7 @@ from __future__ import annotations
 from bench.report import _honest, noisy
 
 ROWS = [["fan-in", "≥ 0.9x", "1.47x", "**met**"], ["telemetry", "≤ 1%", "3.6%", "**missed**"]]
+COUNTED = [["16 writers: failed or lost writes", "0, equal", "0, equal", "**met**"]]
 
 
 def run(start: float, end: float, cores: int = 2) -> dict[str, object]:
@@ -21,6 +22,7 @@ def test_a_run_beside_other_work_gives_no_verdict() -> None:
     assert noisy(results) == 20.8
     assert [r[-1] for r in _honest(ROWS, results)] == ["noisy (load 20.8), not a measurement"] * 2
     assert noisy(run(0.4, 1.7)) == 1.7  # the end counts too
+    assert _honest(COUNTED, results) == COUNTED  # a count the load does not move
 
 
 def test_a_quiet_run_keeps_its_verdicts() -> None:
