@@ -244,7 +244,9 @@ def _differences(
         run.notes.append(f"delta-rs cannot read delta-spark's table: {rs_oracle[0][:160]}")
     elif rs_engine != rs_oracle:
         found.append(("rows as delta-rs reads them", _diff(rs_oracle, rs_engine)))
-    if case.definition.has("change data feed") and changes.get(path) != changes.get(oracle):
+    # A table without a commit after its base has no feed read: the same as an empty one
+    # (the engine's commit of the marker alone changes no row).
+    if case.definition.has("change data feed") and changes.get(path, []) != changes.get(oracle, []):
         found.append(("change feed", _diff(changes.get(oracle, []), changes.get(path, []))))
     expected = operations(oracle, start)
     got = [op for op in operations(path, start) if op not in DESIGNED or op in expected]
