@@ -163,7 +163,12 @@ def operations(path: str, start: int) -> list[str]:
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         kinds = {k for a in actions for k in a}
         marker_only = "txn" in kinds and not kinds & {"add", "remove", "cdc", "metaData"}
-        out.append("marker only" if marker_only else str(info.get("operation")))
+        # The embedded compaction committed by delta-rs (an object store, or a writer
+        # feature deltasink does not write itself, e.g. v2 checkpoints) is a WRITE
+        # carrying OPTIMIZE's parameters: by design (docs/deploy.md), an OPTIMIZE here.
+        compaction = "zOrderBy" in (info.get("operationParameters") or {})
+        operation = "OPTIMIZE" if compaction else str(info.get("operation"))
+        out.append("marker only" if marker_only else operation)
     return out
 
 
