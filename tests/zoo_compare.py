@@ -268,11 +268,12 @@ def _differences(
 
 
 def _reason(detail: str) -> str:
-    """A refusal message's first sentence, names and values in quotes left out (so the
-    same reason on two tables counts once)."""
+    """A refusal message's first sentence with the table, quoted values and numbers left
+    out and the features' names kept (so the same reason on two tables counts once)."""
     text = detail.partition(": ")[2] or detail
     text = re.sub(r"(?:\w+://)?/\S+", "<table>", text)
-    return re.sub(r"'[^']*'|`[^`]*`", "…", text).split(". ")[0][:200]
+    text = re.sub(r"'([^']*)'", lambda m: "…" if re.search(r"[/=%:]", m[1]) else m[0], text)
+    return re.sub(r"\b\d+\b", "N", text).split(". ")[0][:200]
 
 
 def _unreadable(rows: list[Any]) -> bool:
