@@ -20,7 +20,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from deltasink.backends.deltalog.tables import arrow_schema
-from deltasink.errors import ConfigurationError, UnsupportedTableFeatureError
+from deltasink.errors import (
+    ConfigurationError,
+    ConstraintViolationError,
+    UnsupportedTableFeatureError,
+)
 from deltasink.input.sql import DELETE_COLUMN
 from deltasink.shapes.constraints import Constraint, constraints_of, judged, violation
 from deltasink.shapes.sparksql.fields import translate, types_of
@@ -83,8 +87,17 @@ class ConstraintJudge:
             generated=[g.name for g in generated],
         )
         rows = _written_rows(data, schema, chosen, generated)
+        version = versions[-1] if versions else None
         if chosen and rows.num_rows:
-            self._evaluate(chosen, rows, version=versions[-1] if versions else None, app=app_id)
+            try:
+                self._evaluate(chosen, rows, version=version, app=app_id)
+            except ConstraintViolationError:
+                if spec.mode != "insert" or not spec.keys:
+                    raise
+                # An insert writes only the rows whose key the target lacks: judge those.
+                rows = _written_rows(_new_keys(data, table, spec.keys), schema, chosen, generated)
+                if rows.num_rows:
+                    self._evaluate(chosen, rows, version=version, app=app_id)
         for v in versions:
             self._judged[v] = key
 
@@ -124,6 +137,17 @@ class ConstraintJudge:
             table=self.uri,
             features=["checkConstraints"],
         )
+
+
+def _new_keys(data: pa.Table, table: DeltaTable, keys: Sequence[str]) -> pa.Table:
+    """The rows of ``data`` whose key ``table`` does not hold (a null key holds none)."""
+    held = table.to_pyarrow_table(columns=list(keys))
+    held = (
+        held.cast(pa.schema([data.schema.field(k) for k in keys]))
+        .group_by(list(keys))
+        .aggregate([])
+    )
+    return data.join(held, list(keys), join_type="left anti")
 
 
 def _written_rows(

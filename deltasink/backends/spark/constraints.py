@@ -35,7 +35,8 @@ def check_constraints(
     """Judge the prepared batch ``frame`` (its data ``columns``, with deltasink's delete
     flag where ``delete_when`` applies) by the constraints among the target's
     ``properties``; ``target`` is the target as a DataFrame (``None``: not created yet).
-    A column the batch omits is judged as the commit writes it: a generated column's or
+    An insert's rows whose key the target holds are not judged (Delta's MERGE writes
+    none of them). A column the batch omits is judged as the commit writes it: a generated column's or
     a default's expression evaluated by Spark, else null; a constraint over an identity
     column the batch omits is left to the commit's own check (its value is Delta's).
 
@@ -73,6 +74,11 @@ def check_constraints(
         for i, c in enumerate(chosen)
     ]
     row = frame.selectExpr(*sums).collect()[0]
+    if spec.mode == "insert" and spec.keys and any(row[f"c{i}"] for i in range(len(chosen))):
+        # Delta's MERGE inserts only the rows whose key the target lacks: judge those.
+        keys = list(spec.keys)
+        frame = frame.join(target.select(*keys), on=keys, how="left_anti")
+        row = frame.selectExpr(*sums).collect()[0]
     for i, constraint in enumerate(chosen):
         if row[f"c{i}"]:
             raise violation(
