@@ -783,7 +783,8 @@ def splice(report: str, results: dict[str, Any], *, command: str) -> str:
     headings = {_OWN_SECTIONS[k] for k in keys}
     kept: list[str] = []
     skip = False
-    for block in report.rstrip("\n").split("\n\n"):
+    blocks = report.rstrip("\n").replace("\n## ", "\n\n## ").replace("\n\n\n", "\n\n")
+    for block in blocks.split("\n\n"):  # a heading always starts a block of its own
         if block.startswith("## "):
             skip = block.split("\n")[0] in headings
         if not skip and not (block.startswith("Sections ") and "--splice" in block):
