@@ -177,7 +177,11 @@ def rewritten_paths(table: DeltaTable) -> list[str]:
     in the ``remove`` of a file it rewrites: Spark leaves non-ASCII characters (and a
     few others) unencoded (``p=Zürich/part-0.parquet``), delta-rs encodes them
     (``p=Z%C3%BCrich/...``), and Delta matches a remove to its add by the path's text.
-    Absolute paths (a shallow clone's) are left out."""
+    Absolute paths (a shallow clone's) are left out. Only partition directories carry
+    such characters (data files are named ``part-<n>-<uuid>...``): an unpartitioned
+    table's log is not read."""
+    if not table.metadata().partition_columns:
+        return []
     paths = pa.table(table.get_add_actions(flatten=False)).column("path")
     suspect = paths.filter(pc.match_substring_regex(paths, _SUSPECT))
     found = [str(p) for p in suspect.to_pylist()]
