@@ -33,9 +33,11 @@ POINTS = (
     "discard.before_log_commit",  # about to remove staged versions from staging
 )
 
-#: Fault points of maintenance beside the writer (not on a write's path).
+#: Fault points off a lone writer's path: maintenance beside the writer, and a group
+#: commit of several sinks of one process.
 MAINTENANCE_POINTS = (
     "rewrite.before_commit",  # a compaction's new files are in place, not yet committed
+    "group.formed",  # a group commit's versions taken from the queue, nothing committed
 )
 
 EXIT_CODE = 77

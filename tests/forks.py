@@ -89,3 +89,57 @@ def run(
             process.join()
             raise AssertionError(f"the job did not end in {timeout} s: {log.read()[-3000:]}")
         return process.exitcode, log.read()
+
+
+def group_job(target: str, crash: str = "", gate: bool = True) -> None:
+    """Three append writers in threads of one process, writing versions 0 and 1: the
+    first commit waits (``gate``) until the other two are queued behind it, so they are
+    published in one group commit. ``crash``: ``formed`` (the group taken, nothing
+    committed), ``before`` (its commit about to be made) or ``after`` (made, not yet
+    reported) ends the process there with ``os._exit``."""
+    import threading
+    import time
+
+    from deltasink.backends.embedded.grouping import queue_for
+
+    sinks = [DeltaSink(target, f"app-{w}", MergeSpec(mode="append")) for w in range(3)]
+    queue = queue_for(target)
+    in_group: list[bool] = []
+
+    def before(**_: object) -> None:
+        if gate and not in_group and not getattr(before, "passed", False):
+            before.passed = True  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 60
+            while len(queue._waiting) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        elif in_group and crash == "before":
+            os._exit(_faults.EXIT_CODE)
+
+    def formed(**_: object) -> None:
+        in_group.append(True)
+        if crash == "formed":
+            os._exit(_faults.EXIT_CODE)
+
+    def after(**_: object) -> None:
+        if in_group and crash == "after":
+            os._exit(_faults.EXIT_CODE)
+
+    def run(w: int) -> None:
+        for version in range(2):
+            ids = [w * 100 + version * 10 + i for i in range(3)]
+            sinks[w].write(pa.table({"id": pa.array(ids, pa.int64())}), version)
+
+    with (
+        _faults.armed("publish.before_target_commit", before),
+        _faults.armed("group.formed", formed),
+        _faults.armed("publish.after_target_commit", after),
+    ):
+        first = threading.Thread(target=run, args=(0,))
+        first.start()
+        time.sleep(0.05) if gate else None
+        rest = [threading.Thread(target=run, args=(w,)) for w in (1, 2)]
+        for t in rest:
+            t.start()
+        for t in [first, *rest]:
+            t.join()
+    print("grouped" if in_group else "not grouped")

@@ -80,6 +80,17 @@ def txn_commits(uri: str, app_id: str) -> dict[int, list[int]]:
     return found
 
 
+def txn_commits_all(uri: str) -> dict[tuple[str, int], list[int]]:
+    """Every ``(app id, version)`` marker -> the Delta versions of the commits that carry it."""
+    found: dict[tuple[str, int], list[int]] = {}
+    for delta_version, actions in log_commits(uri).items():
+        for action in actions:
+            if "txn" in action:
+                key = (action["txn"]["appId"], int(action["txn"]["version"]))
+                found.setdefault(key, []).append(delta_version)
+    return found
+
+
 def commit_info(uri: str, delta_version: int) -> dict[str, Any]:
     for action in log_commits(uri)[delta_version]:
         if "commitInfo" in action:

@@ -208,6 +208,9 @@ def _versions(commit: Mapping[str, Any], app_id: str) -> tuple[int, ...] | None:
         # its OPTIMIZE commit carries the session's userMetadata, so it names the batch
         # the write it followed applied. It applies no version.
         return None
+    group = commit.get("deltasink.group")  # a group commit carried the app's version
+    if isinstance(group, Mapping) and app_id in group:
+        return tuple(int(v) for v in group[app_id])
     if commit.get("deltasink.appId") == app_id and "deltasink.batchVersion" in commit:
         version = int(commit["deltasink.batchVersion"])
         return tuple(int(v) for v in commit.get("deltasink.versions", [version]))

@@ -11,8 +11,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, QueryBuilder, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake import QueryBuilder
+from deltalake.exceptions import CommitFailedError
 from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
@@ -27,7 +27,7 @@ from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
-from deltasink.shapes.partitions import blank_as_null, string_partitions
+from deltasink.shapes.partitions import string_partitions
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
@@ -35,7 +35,9 @@ from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
 from .compaction import auto_compact, compact_after_commit
 from .constraints import ConstraintJudge
+from .creating import create_target
 from .features import definition_takes, refuse_unwritable
+from .grouping import Request, StaleGroup, queue_for
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
@@ -171,6 +173,24 @@ class TargetWriter(TargetLog):
         metadata: Mapping[str, Any],
         before_attempt: Callable[[], object] | None = None,
     ) -> CommitResult:
+        """:meth:`apply_alone`, or, while another sink of this process publishes to the
+        same target, in the next group commit (:mod:`.grouping`), with the same
+        arguments, outcome and errors."""
+        request = Request(self, data, spec, app_id, version, versions, metadata, before_attempt)
+        return queue_for(self.uri).submit(request)
+
+    def apply_alone(
+        self,
+        data: pa.Table,
+        *,
+        spec: MergeSpec,
+        app_id: str,
+        version: int,
+        versions: Sequence[int] = (),
+        metadata: Mapping[str, Any],
+        before_attempt: Callable[[], object] | None = None,
+        markers: Mapping[str, int] | None = None,
+    ) -> CommitResult:
         """Apply staged data in one Delta commit carrying ``txn(app_id, version)``.
 
         Idempotent: returns ``already_committed`` without writing when the target's
@@ -191,9 +211,13 @@ class TargetWriter(TargetLog):
             versions: Every version applied, when several were coalesced.
             metadata: Extra commit metadata.
             before_attempt: Called before each attempt (the writer's fencing check).
+            markers: Further ``txn`` markers the commit carries (a group commit's other
+                apps: app id -> version); their batches are folded into ``data``.
 
         Raises:
             CommitError: Conflicts persisted after ``max_attempts`` attempts.
+            StaleGroup: One of ``markers`` is already in the target (a group commit
+                then leaves it out).
         """
         extra = dict(metadata)
         recorder = telemetry.current()
@@ -206,7 +230,7 @@ class TargetWriter(TargetLog):
                     extra[TELEMETRY_KEY] = recorder.metadata()
                 self._attempt_base = None
                 try:
-                    result = self._apply_once(data, spec, app_id, version, extra, versions)
+                    result = self._apply_once(data, spec, app_id, version, extra, versions, markers)
                 except CommitFailedError:
                     # Lost only to compactions (rows unchanged): again at once, without
                     # using up an attempt, so a busy compactor cannot stop the writer.
@@ -257,15 +281,21 @@ class TargetWriter(TargetLog):
         version: int,
         metadata: Mapping[str, Any],
         versions: Sequence[int],
+        markers: Mapping[str, int] | None = None,
     ) -> CommitResult:
         start = time.perf_counter()
         props = commit_properties(
-            app_id=app_id, version=version, operation="commit", extra=metadata, versions=versions
+            app_id=app_id,
+            version=version,
+            operation="commit",
+            extra=metadata,
+            versions=versions,
+            markers=markers,
         )
         table = self.open()
         if table is None:
             rows = created_rows(data, spec) if spec.mode == "scd2" else data
-            created = self._create(rows, props, list(versions) or [version])
+            created = create_target(self, rows, props, list(versions) or [version])
             if created is not None:
                 return self._result(version, data, created, start, inserted=created[1])
             table = self.open()
@@ -275,6 +305,9 @@ class TargetWriter(TargetLog):
         marker = txn_version(table, app_id)
         if marker is not None and marker >= version:
             return CommitResult(version, "already_committed", rows=data.num_rows)
+        carried = {a: m for a in markers or {} if (m := txn_version(table, a)) is not None}
+        if any(carried[a] >= v for a, v in (markers or {}).items() if a in carried):
+            raise StaleGroup(f"a carried version is in {self.uri} already: {carried}")
         if marker is not None and versions and marker >= versions[0]:
             # Another writer committed part of this coalesced run meanwhile: applying
             # the whole run would apply that part twice. The caller goes one by one.
@@ -317,7 +350,7 @@ class TargetWriter(TargetLog):
             table.update_incremental()
         # This commit's marker, known without reading the commit back (the state read of
         # the next write, and a replay, answer from it).
-        note_commit(table, before, {app_id: version})
+        note_commit(table, before, {app_id: version, **(markers or {})})
         if table.version() == before + 1:
             self.note_own_commit(table)
         _faults.point("publish.after_target_commit")
@@ -331,47 +364,6 @@ class TargetWriter(TargetLog):
             rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
             duration_s=time.perf_counter() - start,
         )
-
-    def _create(
-        self, data: pa.Table, props: CommitProperties, versions: list[int]
-    ) -> tuple[int, int] | None:
-        """Create the target from the batch's inserted rows; ``None`` if another writer
-        created it first (the caller then merges)."""
-        rows = data.drop_columns([GUARD_COLUMN]) if GUARD_COLUMN in data.column_names else data
-        if DELETE_COLUMN in rows.column_names:
-            rows = rows.filter(pc.invert(rows.column(DELETE_COLUMN))).drop_columns([DELETE_COLUMN])
-        _faults.point("publish.before_target_commit", versions=versions)
-        # Two writers creating the target at once would both land (the second as
-        # version 1, with the same keys): no commit retries, the loser merges instead.
-        once = CommitProperties(
-            custom_metadata=props.custom_metadata,
-            app_transactions=props.app_transactions,
-            max_commit_retries=0,
-        )
-        try:
-            spec = self.table_spec
-            if spec is not None and spec.partition_by:  # '' is null there (the protocol)
-                rows = blank_as_null(rows, string_partitions(rows.schema, spec.partition_by))
-            write_deltalake(
-                self.uri,
-                rows,
-                mode="error",
-                partition_by=list(spec.partition_by) if spec and spec.partition_by else None,
-                configuration=dict(spec.properties) if spec and spec.properties else None,
-                description=spec.comment if spec else None,
-                commit_properties=once,
-                storage_options=self._options,
-            )
-        except CommitFailedError:
-            return None
-        except DeltaError:
-            if self.open() is not None:  # created by another writer meanwhile
-                return None
-            raise
-        table = self.open()
-        assert table is not None
-        _faults.point("publish.after_target_commit")
-        return table.version(), rows.num_rows
 
     def _only_compactions_since(self, base: int | None) -> bool:
         """Whether every commit after version ``base`` of the target is a compaction
