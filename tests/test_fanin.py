@@ -29,14 +29,15 @@ def _writer(target: str, case: Case, writer: int, ready: Any, go: Any, out: Any)
     )
     ready.put(writer)
     go.wait()
-    done, failures = [], []
+    done, failures, attempts = [], [], []
     for version in range(case.versions):
         try:
-            sink.write(case.batch(writer, version), version)
+            report = sink.write(case.batch(writer, version), version)
             done.append(version)
+            attempts += [r.telemetry.attempts for r in report.results]
         except Exception as exc:
             failures.append(f"{type(exc).__name__}: {exc}")
-    out.put({"writer": writer, "waits": done, "failures": failures})
+    out.put({"writer": writer, "waits": done, "failures": failures, "attempts": attempts})
 
 
 def run_writers(case: Case, target: str) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from .grouping import Request, StaleGroup, queue_for
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
+from .turns import turn
 
 __all__ = ["TargetWriter"]
 
@@ -241,22 +242,23 @@ class TargetWriter(TargetLog):
             raise AssertionError("unreachable")
 
         since = now_ms()
-        result = retry(
-            once,
-            attempts=self.max_attempts,
-            retryable=lambda exc: isinstance(exc, CommitFailedError),
-            exhausted=lambda n, exc: CommitError(
-                f"the commit of version {version} into {self.uri} conflicted with "
-                f"concurrent writers {n} times in a row (last: {exc}). Retry later "
-                "(recover()), or reduce concurrent writes to the table.",
-                table=self.uri,
-                app_id=app_id,
-                version=version,
-            ),
-            what=f"the commit of version {version} into {self.uri}",
-            recorder=recorder,
-            winner=self.newest_commit,
-        )
+        with turn(self.uri):  # this machine's writers of the target: one at a time
+            result = retry(
+                once,
+                attempts=self.max_attempts,
+                retryable=lambda exc: isinstance(exc, CommitFailedError),
+                exhausted=lambda n, exc: CommitError(
+                    f"the commit of version {version} into {self.uri} conflicted with "
+                    f"concurrent writers {n} times in a row (last: {exc}). Retry later "
+                    "(recover()), or reduce concurrent writes to the table.",
+                    table=self.uri,
+                    app_id=app_id,
+                    version=version,
+                ),
+                what=f"the commit of version {version} into {self.uri}",
+                recorder=recorder,
+                winner=self.newest_commit,
+            )
         if recorder is not None and result.target_version is not None:
             changes = self.changes(result.target_version)
             if changes is not None:
