@@ -4,7 +4,7 @@ its goal rows say so (a fan-in "met" from a run at load 20 was published once)."
 
 from __future__ import annotations
 
-from bench.report import _honest, noisy
+from bench.report import _honest, _steady, baseline_spread, noisy
 
 ROWS = [["fan-in", "≥ 0.9x", "1.47x", "**met**"], ["telemetry", "≤ 1%", "3.6%", "**missed**"]]
 COUNTED = [["16 writers: failed or lost writes", "0, equal", "0, equal", "**met**"]]
@@ -29,3 +29,65 @@ def test_a_quiet_run_keeps_its_verdicts() -> None:
     assert noisy(run(0.3, 1.2)) is None
     assert _honest(ROWS, run(0.3, 1.2)) == ROWS
     assert noisy(run(2.5, 2.9, cores=8)) is None  # 0.75 per core
+
+
+def test_a_measurement_whose_baseline_moved_gives_no_verdict() -> None:
+    """A quiet run whose bare MERGE took 1.0 s in one run and 1.6 s in another measured
+    nothing: the ratio to it is not a verdict (the fan-in rows' serial baseline once
+    moved tenfold between rows)."""
+    steady = {
+        "bare": {"min": 1.0, "max": 1.2, "median": 1.1},
+        "sink": {"min": 1.0, "max": 3.0, "median": 1.1},
+    }
+    moved = {"bare": {"min": 1.0, "max": 1.6, "median": 1.1}, "sink": steady["sink"]}
+    row = [["Overhead, 1M target, 10k batch, random keys", "≤ 1.15x", "1.05x", "**met**"]]
+    assert baseline_spread({"random": steady}) == 1.2  # ours may move: not the baseline
+    assert _steady(row, {"sections": {"p1": {"random": steady}}}) == row
+    assert _steady(row, {"sections": {"p1": {"random": moved}}})[0][-1] == (
+        "noisy (baseline moved 1.60x), not a measurement"
+    )
+    assert _steady(COUNTED, {"sections": {"p1": {"random": moved}}}) == COUNTED
+
+
+def test_a_fan_in_case_beside_other_work_or_with_a_moving_serial_twin_gives_no_verdict() -> None:
+    from bench.fanin import _summary, goal_rows
+
+    def runs(serial: list[float], load: float) -> dict[str, object]:
+        return {
+            "case": {
+                "engine": "embedded",
+                "layout": "overlap",
+                "writers": 8,
+                "placement": "processes",
+            },
+            "runs": [
+                {
+                    "ratio": 0.95,
+                    "rate": 10 * s * 0.95,
+                    "serial_rate": 10 * s,
+                    "wait_mean_s": 0.1,
+                    "wait_p99_slowest_s": 0.3,
+                    "attempts_mean": 1.0,
+                    "attempts_max": 1,
+                    "conflicts": 0,
+                    "failed": 0,
+                    "checks": {"oracle": True},
+                    "loadavg_start": [load],
+                    "loadavg": [load],
+                }
+                for s in serial
+            ],
+        }
+
+    def verdicts(case: dict[str, object]) -> list[str]:
+        return [r[-1] for r in goal_rows({"cases": [_summary(case)]})]
+
+    assert verdicts(runs([1.0, 1.1, 1.2, 1.0, 1.1], 0.4)) == ["**met**"] * 3
+    assert (
+        verdicts(runs([1.0, 1.1, 1.2, 1.0, 1.1], 3.0))[1:]
+        == ["noisy (load 3.0), not a measurement"] * 2
+    )
+    assert (
+        verdicts(runs([1.0, 10.0, 1.2, 1.0, 1.1], 0.4))[1:]
+        == ["noisy (serial baseline moved 10.00x), not a measurement"] * 2
+    )
