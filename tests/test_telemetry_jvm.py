@@ -17,6 +17,7 @@ from deltasink import DeltaSink, MergeSpec
 from deltasink._faults import armed
 from deltasink.core import telemetry
 from deltasink.observe import INSTRUMENTS
+from tests import support
 from tests.otel import collected
 from tests.test_contract_spark import REASON, delta_spark
 from tests.test_telemetry import conflicting
@@ -69,11 +70,13 @@ def test_describe_history_shows_what_an_embedded_commit_cost(
 
 
 def test_a_write_conflicts_and_a_recovery_are_observable_on_the_spark_engine(
-    delta_spark: Any, tmp_path: Path
+    delta_spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two writers (app ids), each a thread with a session of its own on one JVM, update
     the same keys at once until one loses a conflict; then a version staged by one is
-    recovered by a new sink. Every instrument is read back from the SDK."""
+    recovered by a new sink. Every instrument is read back from the SDK. (The writers
+    race: taking turns at a local target, they would never conflict.)"""
+    monkeypatch.setenv("DELTASINK_TURNS", "off")
     target = str(tmp_path / "orders")
     sessions = {app: delta_spark.newSession() for app in ("a", "b")}
     sinks = {
@@ -122,6 +125,24 @@ def test_a_write_conflicts_and_a_recovery_are_observable_on_the_spark_engine(
         "deltasink.pre_commit",
         "deltasink.recover",
     }
+
+
+@pytest.mark.delta_spark_full
+def test_spark_engine_writers_of_one_machine_take_turns(delta_spark: Any, tmp_path: Path) -> None:
+    """The same two writers as above, taking turns at the local target (the default):
+    every commit lands on its first attempt, both markers at the last version."""
+    target = str(tmp_path / "orders")
+    sessions = {app: delta_spark.newSession() for app in ("a", "b")}
+    sinks = {
+        app: DeltaSink(target, app, UPSERT, engine="spark", spark=session)
+        for app, session in sessions.items()
+    }
+    sinks["a"].write(frame(sessions["a"], 1, 2, 3, value="a0"), 0)
+    reports = [r for version in (1, 2, 3) for r in race(sinks, sessions, version)]
+    assert [
+        (r.results[0].telemetry.attempts, r.results[0].telemetry.conflicts) for r in reports
+    ] == [(1, ())] * 6
+    assert support.marker(target, "a") == support.marker(target, "b") == 3
 
 
 def race(sinks: dict[str, DeltaSink], sessions: dict[str, Any], version: int) -> list[Any]:

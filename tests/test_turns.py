@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.fanin import Case, checks
-from deltasink.backends.embedded.turns import _queue_dir, turn
+from deltasink.backends.deltalog.turns import _queue_dir, turn
 from tests import forks
 from tests.test_fanin import run_writers
 

@@ -20,6 +20,7 @@ from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_
 from deltasink.backends.deltalog.history import commits
 from deltasink.backends.deltalog.tables import arrow_schema, note_commit, txn_version
 from deltasink.backends.deltalog.target import TargetLog
+from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
@@ -41,7 +42,6 @@ from .grouping import Request, StaleGroup, queue_for
 from .modes import WRITE_MODE, ModeBatch
 from .scd2 import created_rows
 from .timestamps import Int96Guard
-from .turns import turn
 
 __all__ = ["TargetWriter"]
 

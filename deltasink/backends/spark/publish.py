@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from deltasink import _faults
+from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ForeignWriterError
@@ -166,6 +167,11 @@ class TargetWriter:
                 self._check_own_snapshot(versions, result.target_version)
             return result
 
+        with turn(t.target):  # this machine's writers of a local target: one at a time
+            return self._retried(once, version)
+
+    def _retried(self, once: Callable[[], CommitResult], version: int) -> CommitResult:
+        t = self.tables
         return retry(
             once,
             attempts=self.max_attempts,

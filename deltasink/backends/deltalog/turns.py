@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from deltasink.locations import is_local, location_key
+from deltasink.locations import is_catalog_name, is_local, location_key
 
 __all__ = ["turn"]
 
@@ -78,7 +78,12 @@ def turn(uri: str) -> Iterator[None]:
     held: set[str] = getattr(_held, "targets", None) or set()
     _held.targets = held
     key = location_key(uri)
-    if not is_local(uri) or os.environ.get("DELTASINK_TURNS", "").lower() == "off" or key in held:
+    if (
+        is_catalog_name(uri)
+        or not is_local(uri)
+        or os.environ.get("DELTASINK_TURNS", "").lower() == "off"
+        or key in held
+    ):
         yield
         return
     queue = _queue_dir(uri)
