@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
             "elapsed_min": (time.perf_counter() - start) / 60,
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
             "argv": sys.argv[1:] if argv is None else argv,
+            # the parts' own settings (bench.fanin): part of the command that repeats it
+            "env": {k: os.environ[k] for k in ("FANIN", "FANIN_SPARK") if os.environ.get(k)},
         }
         results = Results(config=cfg, machine=machine, sections=sections)
         results.save(results_path)
@@ -138,7 +140,9 @@ def main(argv: list[str] | None = None) -> None:
     if s3.exists() and not args.quick:
         data["sections"]["s3"] = json.loads(s3.read_text())
     argv_text = shlex.join(data["config"]["argv"])
-    command = "make bench" + (f" BENCH_ARGS='{argv_text}'" if argv_text else "")
+    env = data["config"].get("env") or {}
+    command = "".join(f"{k}={v} " for k, v in env.items()) + "make bench"
+    command += f" BENCH_ARGS='{argv_text}'" if argv_text else ""
     if args.splice:
         report_path.write_text(splice(report_path.read_text(), data, command=command))
         log(f"report: {report_path} (sections {sorted(data['sections'])} replaced)")
