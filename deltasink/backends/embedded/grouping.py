@@ -160,8 +160,13 @@ class CommitQueue:
             _alone(request)
             return request.outcome()
         with self._cond:
-            while self._leading and not request.done:
-                self._cond.wait()
+            try:
+                while self._leading and not request.done:
+                    self._cond.wait()
+            except BaseException:  # interrupted while queued: not published by anyone
+                if request in self._waiting:
+                    self._waiting.remove(request)
+                raise
             if request.done:
                 return request.outcome()
             self._leading, self._leader = True, threading.get_ident()
