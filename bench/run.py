@@ -116,6 +116,13 @@ def main(argv: list[str] | None = None) -> None:
         config = Config(sizes=QUICK if args.quick else FULL, runs=runs, quick=args.quick)
         start = time.perf_counter()
         machine = machine_info()
+        load = os.getloadavg()[0]
+        if load > 0.75 * (os.cpu_count() or 2):
+            log(
+                f"load average {load:.1f} on {os.cpu_count()} cores: something else runs on "
+                "this machine; every timed result of this run will be marked noisy, not a "
+                "measurement (run make bench alone)"
+            )
         remove(config.scratch)
         sections = _sections(config, only, rebuild=args.rebuild_history)
         remove(config.scratch)
