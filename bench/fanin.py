@@ -321,6 +321,7 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Every (layout, N) case, ``runs`` times each, the serial twin first in every other
     run (A B, B A, ...)."""
+    placement = "threads" if engine == "spark" else placement  # sessions of one JVM
     work = Path(tempfile.mkdtemp(prefix="fanin-"))
     spark = _spark_session() if engine == "spark" else None
     cases = []
