@@ -154,9 +154,14 @@ def test_two_apps_racing_on_the_same_new_keys(azurite: Azurite, uri: str) -> Non
         t.join(timeout=120)
     assert errors == []
     assert [r["id"] for r in rows(uri, options)] == list(range(8))  # each key once
+    carried = {}
     for app_id in ("left", "right"):
-        assert sorted(markers(uri, options, app_id).values()) == [0, 1, 2, 3]
-    assert DeltaTable(uri, storage_options=options).version() == 7  # no commit lost
+        found = markers(uri, options, app_id)
+        assert sorted(found.values()) == [0, 1, 2, 3]
+        carried.update(found)
+    # no commit lost: every commit carries a marker (two versions of the two apps may
+    # share one: a group commit of the sinks of this process)
+    assert sorted(carried) == list(range(DeltaTable(uri, storage_options=options).version() + 1))
 
 
 @pytest.mark.parametrize(

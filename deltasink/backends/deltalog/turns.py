@@ -10,8 +10,8 @@ p99 wait 9.5x the mean). Here a writer about to commit queues behind the writers
 this machine that asked before it and commits when they are done: no attempt is
 thrown away among them, and the wait is first come, first served.
 
-The queue is a lock queue of files (one per waiting writer) in the machine's temporary
-directory, keyed by the target's location: a writer takes an exclusive ``flock`` on
+The queue is a lock queue of files (one per waiting writer) in ``/dev/shm`` (else the
+temporary directory), keyed by the target's location: a writer takes an exclusive ``flock`` on
 its own file, appends its name to the queue's tail under a short lock, and waits until
 it can take a shared lock on the file of the writer before it (released when that
 writer is done, or by the kernel when its process dies: a crashed writer never blocks
@@ -48,8 +48,15 @@ _held = threading.local()  # the targets whose turn this thread holds
 
 
 def _queue_dir(uri: str) -> Path:
+    """Where the target's queue lives: ``/dev/shm`` (memory, shared by the machine's
+    processes whatever their ``TMPDIR``, never a job's temporary directory), else the
+    temporary directory; ``DELTASINK_TURNS_DIR`` chooses."""
     key = hashlib.sha256(location_key(uri).encode()).hexdigest()[:32]
-    return Path(tempfile.gettempdir()) / "deltasink-turns" / key
+    base = os.environ.get("DELTASINK_TURNS_DIR")
+    if not base:
+        shm = Path("/dev/shm")
+        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    return Path(base) / "deltasink-turns" / key
 
 
 def _released(path: Path, deadline: float) -> None:

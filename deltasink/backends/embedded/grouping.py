@@ -251,7 +251,7 @@ def publish_group(writer: TargetWriter, group: Sequence[Request]) -> None:
     found committed are answered ``already_committed``; if the group commit fails, the
     rest are published one by one."""
     live = list(group)
-    for _ in range(len(group)):
+    for _ in range(len(group) if len(group) > 1 else 0):  # one alone: as without a group
         table = writer.open()
         if table is None or len(live) < 2:
             break
