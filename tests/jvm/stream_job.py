@@ -156,7 +156,9 @@ def main() -> None:
     delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     engine = os.environ.get("DELTASINK_STREAM_ENGINE", "embedded")
     builder = (
-        SparkSession.builder.master("local[1]")
+        # DELTASINK_SPARK_MASTER: a cluster (tests/cluster.py), its executors and jars
+        # from spark-defaults.conf in SPARK_CONF_DIR
+        SparkSession.builder.master(os.environ.get("DELTASINK_SPARK_MASTER", "local[1]"))
         .appName("deltasink-stream-test")
         .config(map=CHEAP_SPARK_CONF)  # the suite's cheap settings (tests/support.py)
         .config("spark.ui.enabled", "false")
