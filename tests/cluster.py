@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BLOCKED", "StandaloneCluster", "unavailable"]
+__all__ = ["BLOCKED", "StandaloneCluster", "die_with_parent", "unavailable"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What ``import deltasink`` raises on an executor.
@@ -69,7 +69,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """``preexec_fn``: SIGKILL when the process that started this one dies."""
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -169,7 +170,7 @@ class StandaloneCluster:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its group: its executors and Python workers
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             )
 

@@ -29,7 +29,7 @@ import pytest
 
 from deltasink.locations import default_staging
 from tests import support
-from tests.cluster import BLOCKED, StandaloneCluster, unavailable
+from tests.cluster import BLOCKED, StandaloneCluster, die_with_parent, unavailable
 from tests.cluster_data import RACE_KEYS, RACE_VERSIONS, rows
 from tests.oracle import Fold
 
@@ -63,6 +63,7 @@ def drive(cluster: StandaloneCluster, *command: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=die_with_parent,  # and its JVM (stdin closed), and its executors
     )
 
 
