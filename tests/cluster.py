@@ -42,6 +42,7 @@ BLOCKED = "deltasink imported on a Spark executor"
 #: How long the master and the workers may take to come up (cold JVMs, 2 busy cores).
 START_TIMEOUT_S = 120.0
 WORKERS = 2
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _pyspark_home() -> Path:
@@ -92,6 +93,9 @@ def app_conf(master: str, jars: list[str]) -> dict[str, str]:
         "spark.executor.cores": "1",
         "spark.cores.max": str(WORKERS),
         "spark.executor.memory": "512m",
+        # short-lived JVMs on 2 shared cores: the C1 JIT only, one GC thread
+        "spark.executor.extraJavaOptions": JVM_OPTIONS,
+        "spark.driver.extraJavaOptions": JVM_OPTIONS,
         # the first job waits until both executors are there
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
