@@ -7,6 +7,7 @@
 #   make bench   benchmarks (see bench/README.md)
 #   make test-spark35   the PySpark 3.5 suite (Databricks 14.3-15.4 LTS), in .venv-spark35/
 #   make test-connect   the spark engine through a local Spark Connect server with Delta
+#   make test-cluster   the spark engine on a Spark standalone cluster (master, two workers)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -17,7 +18,7 @@ VENV35    := .venv-spark35
 PYSPARK35 := 3.5.9
 STAMP35   := $(VENV35)/.deltasink-installed-pyspark-$(PYSPARK35)
 
-.PHONY: setup demo test test-generated test-zoo test-delta-spark test-connect test-spark35 lint docs fmt check clean bench
+.PHONY: setup demo test test-generated test-zoo test-delta-spark test-connect test-cluster test-spark35 lint docs fmt check clean bench
 
 setup: $(STAMP)
 
@@ -53,13 +54,13 @@ test-zoo: $(STAMP)
 
 # The delta-spark tests `make test` leaves out (marked delta_spark_full: the contract
 # again with Spark reading the logs, the remaining fault points, shapes and key types,
-# the local-cluster oracle, the planned streaming soak). Two processes side by side, one
-# per core: the suite on one classic JVM session, and the two tests that start JVMs of
-# their own (whose output follows). docs/reliability.md has the times.
+# the planned streaming soak). Two processes side by side, one per core: the suite on
+# one classic JVM session, and the tests that start JVMs of their own (whose output
+# follows). docs/reliability.md has the times.
 DELTA_SPARK_SUITE := tests/test_contract_spark.py tests/test_stream_reset_jvm.py \
 	tests/test_any_writer.py tests/test_table_constraints.py tests/test_compaction_spark.py \
 	tests/test_computed_columns.py tests/test_timestamps_jvm.py tests/test_migrating.py
-DELTA_SPARK_JVMS  := tests/test_local_cluster.py tests/test_stream_soak.py \
+DELTA_SPARK_JVMS  := tests/test_stream_soak.py \
 	tests/test_streaming_jvm.py tests/test_jobs.py tests/test_cli.py
 
 test-delta-spark: $(STAMP)
@@ -74,6 +75,17 @@ test-delta-spark: $(STAMP)
 # `make test` by the `-m "not connect"` in pyproject.toml's addopts; this selects it.
 test-connect: $(STAMP)
 	$(PY) -m pytest -m connect tests/test_connect.py $(PYTEST_ARGS)
+
+# The spark engine on a real Spark standalone cluster (tests/test_cluster.py): the tests
+# start a master and two workers on 127.0.0.1 with PySpark's own bin/spark-class (separate
+# JVMs, 1 GiB each; every application gets two executor JVMs whose Python workers cannot
+# import deltasink) and always stop them, also on failure (tests/cluster.py). Every merge
+# mode, SCD2, coalesced commits, a quarantined version, `deltasink --spark recover`, two
+# applications racing, a foreachBatch stream whose driver is SIGKILLed and restarted;
+# each against the oracle. Delta's jars as make test-delta-spark finds them. Deselected
+# from `make test` by the addopts' `not cluster`; this selects it.
+test-cluster: $(STAMP)
+	$(PY) -m pytest -m cluster tests/test_cluster.py $(PYTEST_ARGS)
 
 # PySpark 3.5 (Databricks 14.3-15.4 LTS, most OSS clusters). Two runs, one JVM at a time:
 #  1. a classic 3.5 session feeding the embedded (delta-rs) engine (tests/spark35; 3.5 has

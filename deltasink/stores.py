@@ -23,23 +23,43 @@ storage option ``deltasink.allow_unsafe_commits=true``, also the CLI's ``-o``):
 delta-rs reads these from the environment too when they are not in the options; so does
 this check. Keys are matched as delta-rs matches them: any case, with or without the
 ``aws_`` prefix.
+
+The spark engine commits through Spark's Delta LogStore instead, chosen by the session's
+``spark.delta.logStore.<scheme>.impl`` (or the legacy ``spark.delta.logStore.class``).
+For S3 paths Delta's default is ``S3SingleDriverLogStore``, which creates a commit file
+only-if-absent within one Spark driver: two drivers (two clusters, or a restarted job
+beside its zombie) can both commit one table version. :func:`check_spark_log_store`
+refuses that with :class:`~deltasink.errors.UnsafeStoreError` (the way out: Delta's
+``S3DynamoDBLogStore``, or the same opt-in); Databricks coordinates S3 commits itself
+and is not checked.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 from deltasink.errors import ConfigurationError, UnsafeStoreError
 
-__all__ = ["OPT_IN", "checked_options", "unsafe_reasons"]
+__all__ = [
+    "OPT_IN",
+    "check_spark_log_store",
+    "checked_options",
+    "spark_log_store_reasons",
+    "unsafe_reasons",
+]
 
 #: The storage option that opts in to commits without put-if-absent (deltasink's own;
 #: removed before the options reach delta-rs).
 OPT_IN = "deltasink.allow_unsafe_commits"
 
 _S3_SCHEMES = frozenset({"s3", "s3a"})
+#: The schemes Delta's Spark LogStore serves with ``S3SingleDriverLogStore`` by default.
+_SPARK_S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
+#: Delta's multi-cluster LogStore for S3 (the ``delta-storage-s3-dynamodb`` jar).
+MULTI_CLUSTER_LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
 _TRUE = frozenset({"true", "1", "yes", "on"})
 
 
@@ -148,3 +168,72 @@ def checked_options(
                     reasons=tuple(reasons),
                 )
     return passed if options is not None else None
+
+
+def spark_log_store_reasons(uri: str, conf: Callable[[str], str | None]) -> list[str]:
+    """Why Spark's Delta LogStore for ``uri`` would not create commit files only-if-absent
+    across drivers (empty: nothing known against it). ``conf`` reads a Spark conf
+    (``None`` when unset). Only S3 URIs (``s3://``, ``s3a://``, ``s3n://``) are checked:
+    Delta's LogStores for HDFS, ADLS, GCS and local paths are safe for several
+    drivers."""
+    scheme = urlparse(uri).scheme.lower()
+    if scheme not in _SPARK_S3_SCHEMES:
+        return []
+    key = f"spark.delta.logStore.{scheme}.impl"
+    impl = (conf(key) or conf("spark.delta.logStore.class") or "").strip()
+    if impl and not impl.endswith("S3SingleDriverLogStore"):
+        return []  # S3DynamoDBLogStore, or a LogStore of the user's own
+    found = f"{key}={impl}" if impl else f"{key} is unset (Delta's default: S3SingleDriverLogStore)"
+    return [
+        f"{found}: it creates a commit file only-if-absent within one Spark driver, so "
+        "two drivers (two clusters, or a restarted job beside its zombie) can both "
+        "commit one table version"
+    ]
+
+
+def check_spark_log_store(
+    spark: Any,
+    uris: Sequence[str],
+    *,
+    allow_unsafe_commits: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse the spark engine on S3 tables whose LogStore is Delta's single-driver one
+    (:func:`spark_log_store_reasons`), before anything is written.
+
+    Args:
+        spark: The session whose confs choose the LogStore.
+        uris: The target and staging locations (catalog names are not checked).
+        allow_unsafe_commits: The user opts in (exactly one Spark driver ever writes
+            these tables).
+        env: The environment (default :data:`os.environ`): on Databricks nothing is
+            checked (it coordinates S3 commits itself).
+
+    Raises:
+        UnsafeStoreError: An S3 location's LogStore is single-driver and the user did
+            not opt in.
+    """
+    env = os.environ if env is None else env
+    if allow_unsafe_commits or env.get("DATABRICKS_RUNTIME_VERSION"):
+        return
+
+    def conf(key: str) -> str | None:
+        value = spark.conf.get(key, None)
+        return None if value is None else str(value)
+
+    for uri in uris:
+        reasons = spark_log_store_reasons(uri, conf)
+        if reasons:
+            scheme = urlparse(uri).scheme.lower()
+            raise UnsafeStoreError(
+                f"the spark engine would commit to {uri} through a single-driver Delta "
+                f"LogStore: {'; '.join(reasons)}. deltasink's exactly-once and fencing need "
+                "each Delta commit file created only if absent. Configure Delta's "
+                f"multi-cluster LogStore (spark.delta.logStore.{scheme}.impl="
+                f"{MULTI_CLUSTER_LOG_STORE}, with spark.io.delta.storage.S3DynamoDBLogStore"
+                ".ddb.tableName and .ddb.region, and the delta-storage-s3-dynamodb jar), or, "
+                "if exactly one Spark driver ever writes these tables, accept the risk with "
+                f"allow_unsafe_commits=True (CLI: -o {OPT_IN}=true).",
+                table=uri,
+                reasons=tuple(reasons),
+            )

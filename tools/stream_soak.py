@@ -455,6 +455,7 @@ class StreamTrial:
                 stderr=stderr,
                 text=True,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,  # a killed soak leaves no job behind
             )
             assert job.stdout is not None
             reader = EventReader(job.stdout)
@@ -524,6 +525,15 @@ class StreamTrial:
                 where = "recover"
             if due is not None and time.monotonic() >= due:
                 return where, True
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """The job gets SIGKILL when the soak dies (Linux; its JVM exits with it, on the
+    end of its stdin, as PySpark's gateway does)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _reap(pgid: int) -> None:

@@ -7,7 +7,9 @@ and writes them with ``writeStream.foreachBatch(sink.foreach_batch)``: on the em
 engine (default; the micro-batches are classic DataFrames and delta-rs makes the
 commits) or, with ``DELTASINK_STREAM_ENGINE=spark`` and ``DELTASINK_DELTA_JARS``, on the
 spark engine over real delta-spark.
-Progress goes to stdout as JSON lines.
+Progress goes to stdout as JSON lines. It runs on ``local[1]``, or on the cluster
+``DELTASINK_SPARK_MASTER`` names (``tests/test_cluster.py``: the executors and Delta's
+jars from the cluster's ``spark-defaults.conf`` in ``SPARK_CONF_DIR``).
 
 Issue 24 (a lost or changed checkpoint): ``DELTASINK_STREAM_SOURCE=delta`` reads INPUT
 as a Delta table (``readStream.format("delta")``, delta-spark's jars needed) instead of
@@ -156,7 +158,9 @@ def main() -> None:
     delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     engine = os.environ.get("DELTASINK_STREAM_ENGINE", "embedded")
     builder = (
-        SparkSession.builder.master("local[1]")
+        # DELTASINK_SPARK_MASTER: a cluster (tests/cluster.py), its executors and jars
+        # from spark-defaults.conf in SPARK_CONF_DIR
+        SparkSession.builder.master(os.environ.get("DELTASINK_SPARK_MASTER", "local[1]"))
         .appName("deltasink-stream-test")
         .config(map=CHEAP_SPARK_CONF)  # the suite's cheap settings (tests/support.py)
         .config("spark.ui.enabled", "false")
