@@ -13,6 +13,7 @@ from deltasink.checks import Check
 from deltasink.checks import validate as validate_checks
 from deltasink.errors import ConfigurationError
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
+from deltasink.reserved import STAGING_SUFFIX
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
 
@@ -75,7 +76,7 @@ def locate(
     if staging:
         staged_at = staging if is_catalog_name(staging) else normalize_uri(staging)
     elif catalog:
-        staged_at = f"{located}__deltasink_staging_{app_id.replace('-', '_').replace('.', '_')}"
+        staged_at = f"{located}_{STAGING_SUFFIX}_{app_id.replace('-', '_').replace('.', '_')}"
     else:
         staged_at = default_staging(located, app_id)
     if same_location(staged_at, located):

@@ -199,3 +199,48 @@ def test_the_rules_can_fail() -> None:
         "deltasink.backends.spark.logs imports deltasink.backends.embedded.publish"
     ]
     assert cycles(graph) == [["deltasink.a", "deltasink.b"]]
+
+
+def reserved_spellings(path: Path) -> list[str]:
+    """The string constants of ``path`` (docstrings aside) that spell the reserved
+    ``_deltasink_`` prefix themselves."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        f"{path.name}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "_deltasink_" in node.value
+        and id(node) not in docstrings
+    ]
+
+
+def test_reserved_names_are_spelled_in_one_module() -> None:
+    """Every ``_deltasink_`` name (a column, the staging suffix, a cached attribute) comes
+    from :mod:`deltasink.reserved`; no other module spells the prefix."""
+    found = [
+        spelling
+        for name, path in modules().items()
+        if name != "deltasink.reserved"
+        for spelling in reserved_spellings(path)
+    ]
+    assert found == []
+
+
+def test_the_reserved_rule_can_fail(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        '"""Writes ``_deltasink_x``."""\nX = "_deltasink_x"\nY = f"a _deltasink_{X}"\n'
+    )
+    assert reserved_spellings(source) == [
+        "probe.py:2: '_deltasink_x'",
+        "probe.py:3: 'a _deltasink_'",
+    ]

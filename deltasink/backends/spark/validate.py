@@ -23,12 +23,13 @@ from deltasink.input.batch import SCD2_DUPLICATES, check_required, collect, prep
 from deltasink.input.keys import nan_key_error
 from deltasink.input.rows import check_row_predicates
 from deltasink.input.sql import DELETE_COLUMN, delete_expr, quote
+from deltasink.reserved import RANK_COLUMN, ROW_COLUMN, column
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 
 from .prune import bound_exprs, predicate_from_bounds, prunable_keys
 from .session import SparkSql
-from .tables import RANK_COLUMN, ddl_type
+from .tables import ddl_type
 
 __all__ = [
     "Expected",
@@ -39,7 +40,7 @@ __all__ = [
     "require_dataframe",
 ]
 
-_ROW = "_deltasink_row"
+_ROW = ROW_COLUMN
 _HINT = "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row per key."
 
 
@@ -334,7 +335,7 @@ def _observed(
     metrics = [f"sum({flag}) AS {quote(name)}" for name, flag in flags.items()]
     observed = frame
     if events:
-        sums = {name: quote(f"_deltasink_{name}") for name in flags}
+        sums = {name: quote(column(name)) for name in flags}
         observed = frame.groupBy(*(col(c) for c in events)).agg(
             *(expr(f"sum({flag}) AS {sums[name]}") for name, flag in flags.items())
         )
