@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from deltasink.backends import Engine, connect, select_engine
+from deltasink.backends import ENGINES, Engine, connect, select_engine
 from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
 from deltasink.checks import Check
 from deltasink.core.committables import LogState, Placement
@@ -187,7 +187,8 @@ class DeltaSink(StreamWriting, SinkOperations):
         storage_options = checked_options(
             [self.target, self.staging],
             storage_options,
-            allow_unsafe_commits=bool(allow_unsafe_commits) or chosen != "embedded",
+            allow_unsafe_commits=bool(allow_unsafe_commits)
+            or not ENGINES[chosen].commits_through_storage_options,
         )
         parts = connect(
             chosen,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import get_args
 
-from deltasink.backends import Engine
+from deltasink.backends import ENGINES, Engine, EngineName
 from deltasink.checks import Check
 from deltasink.checks import validate as validate_checks
 from deltasink.errors import ConfigurationError
@@ -85,7 +85,7 @@ def locate(
 
 
 def check_engine_fit(
-    chosen: str, *, max_commit_attempts: object, catalog: bool, target: str
+    chosen: EngineName, *, max_commit_attempts: object, catalog: bool, target: str
 ) -> None:
     """``max_commit_attempts`` is valid and the chosen engine can write ``target``.
 
@@ -96,9 +96,9 @@ def check_engine_fit(
         raise ConfigurationError(
             f"max_commit_attempts must be an int ≥ 1, got {max_commit_attempts!r}."
         )
-    if chosen == "embedded" and catalog:
+    if catalog and not ENGINES[chosen].writes_catalog_tables:
         raise ConfigurationError(
-            f"target {target!r} is a catalog table name; the embedded engine "
+            f"target {target!r} is a catalog table name; the {chosen} engine "
             "writes Delta tables by path. Pass a path, or use engine='spark' with a "
             "Delta-enabled session.",
             table=target,

@@ -244,3 +244,79 @@ def test_the_reserved_rule_can_fail(tmp_path: Path) -> None:
         "probe.py:2: '_deltasink_x'",
         "probe.py:3: 'a _deltasink_'",
     ]
+
+
+ENGINE_NAMES = {"embedded", "spark"}
+
+
+def _engine_value(node: ast.expr) -> bool:
+    """Whether ``node`` names an engine choice (``engine``, ``chosen``, ``self.engine``)."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return isinstance(name, str) and ("engine" in name or name == "chosen")
+
+
+def engine_branches(path: Path) -> list[str]:
+    """The comparisons of an engine choice with an engine's name in ``path``
+    (``engine == "spark"``, ``chosen in ("embedded", ...)``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        constants = [
+            c
+            for o in operands
+            for c in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o])
+            if isinstance(c, ast.Constant)
+        ]
+        if any(c.value in ENGINE_NAMES for c in constants) and any(
+            _engine_value(o) for o in operands
+        ):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_engines_are_registered_not_branched_on() -> None:
+    """What differs between engines is an entry of ``deltasink.backends.ENGINES``; no
+    module compares an engine choice with an engine's name (the SQL dialect named
+    ``spark`` is another thing)."""
+    found = [branch for path in modules().values() for branch in engine_branches(path)]
+    assert found == []
+
+
+def test_the_engine_rule_can_fail(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        'a = engine == "spark"\nb = self.chosen_engine in ("embedded", "z")\n'
+        'c = engine == "auto"\nd = dialect == "spark"\ne = chosen != "embedded"\n'
+    )
+    assert engine_branches(source) == ["probe.py:1", "probe.py:2", "probe.py:5"]
+
+
+def test_an_engine_is_opened_through_its_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``connect`` and ``select_engine`` read :data:`deltasink.backends.ENGINES`: an entry
+    replaced there is the engine the facade opens and asks."""
+    from deltasink.backends import ENGINES, EngineEntry, connect, select_engine
+    from deltasink.backends.ports import EngineParts, SinkConfig
+
+    opened: list[SinkConfig] = []
+    parts = EngineParts(commit=None, maintenance=None)  # type: ignore[arg-type]
+    refused: list[object] = []
+
+    def open_fake(config: SinkConfig) -> EngineParts:
+        opened.append(config)
+        return parts
+
+    entry = EngineEntry(
+        open_fake,
+        writes_catalog_tables=True,
+        commits_through_storage_options=False,
+        refuse_session=refused.append,
+    )
+    monkeypatch.setitem(ENGINES, "spark", entry)  # type: ignore[index]
+    config = SinkConfig(target="/t", staging="/s", app_id="a", merge=None)
+    assert connect("spark", config) is parts
+    assert opened == [config]
+    assert select_engine("spark", "session", "/t") == ("spark", "engine='spark' was given")
+    assert refused == ["session"]
