@@ -223,6 +223,7 @@ class DeltaSink(StreamWriting, SinkOperations):
             clock=clock,
             coalesce=coalesce,
             on_stale=on_stale,
+            table=self.target,
         )
 
     def __reduce__(self) -> Any:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from deltasink.core.committables import LogState, StagedVersion
+from deltasink.core.participant import SupportsSpecs
 from deltasink.errors import (
     CommitError,
     ConfigurationError,
@@ -26,6 +27,7 @@ __all__ = [
     "check_publish",
     "claim_exhausted",
     "refuse_spec_change",
+    "same_spec",
     "spec_for_new_versions",
 ]
 
@@ -110,7 +112,7 @@ def refuse_spec_change(
     pending: Sequence[StagedVersion],
     *,
     app_id: str,
-    table: str,
+    table: str | None,
     version: int,
 ) -> None:
     """Refuse staging with ``spec`` while versions staged with another one are pending
@@ -129,6 +131,27 @@ def refuse_spec_change(
         app_id=app_id,
         version=version,
     )
+
+
+def same_spec(
+    participant: SupportsSpecs,
+    pending: Sequence[StagedVersion],
+    *,
+    app_id: str,
+    table: str | None,
+    version: int,
+) -> None:
+    """Before the participant validates or writes ``version``: the core's one check that
+    it is staged with the spec the ``pending`` versions were staged with (read only
+    when versions are pending; a direct publish has none). As
+    :func:`refuse_spec_change`."""
+    if not pending:
+        return
+    recorded = participant.recorded_spec()
+    if recorded is not None:
+        spec = participant.spec_for_new_versions()
+        if recorded != spec:
+            refuse_spec_change(recorded, spec, pending, app_id=app_id, table=table, version=version)
 
 
 def check_publish(state: LogState, version: int, *, app_id: str) -> None:

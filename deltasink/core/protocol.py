@@ -40,7 +40,7 @@ from deltasink.core.committables import (
     check_version,
 )
 from deltasink.core.direct import audit_passes, publish_directly
-from deltasink.core.guards import MarkGuard
+from deltasink.core.guards import MarkGuard, same_spec
 from deltasink.core.interrupts import Interrupted, noted_interrupt
 from deltasink.core.participant import (
     DiscardReason,
@@ -49,6 +49,7 @@ from deltasink.core.participant import (
     SupportsDirectPublish,
     SupportsFencing,
     SupportsQuarantine,
+    SupportsSpecs,
 )
 from deltasink.core.publishing import PublishRun
 from deltasink.core.timeouts import Timeouts
@@ -101,6 +102,7 @@ class TwoPhaseCommit(PublishRun[B]):
         on_stale: A version *below* the committed one (not a replay of the last
             version, which is normal after a crash): ``"skip"`` it with a warning
             (default) or ``"raise"`` :class:`AlreadyCommittedError`.
+        table: The target, named in the core's errors.
     """
 
     participant: Participant[B]
@@ -110,6 +112,7 @@ class TwoPhaseCommit(PublishRun[B]):
     coalesce: bool = True
     coalesce_max_rows: int = 2_000_000
     on_stale: Literal["skip", "raise"] = "skip"
+    table: str | None = None
     _marks: MarkGuard = field(init=False, repr=False, compare=False)
     _phases: dict[int, dict[str, float]] = field(init=False, repr=False, compare=False)
 
@@ -175,6 +178,8 @@ class TwoPhaseCommit(PublishRun[B]):
                 version=v,
             )
         participant = self.participant
+        if isinstance(participant, SupportsSpecs):
+            same_spec(participant, state.pending, app_id=self.app_id, table=self.table, version=v)
         if isinstance(participant, SupportsDirectPublish):
             start = time.perf_counter()
             prepared = participant.prepare(batch, v)

@@ -19,7 +19,7 @@ from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
 from deltasink.core.coalesce import coalesce
 from deltasink.core.committables import CommitMarks
-from deltasink.core.guards import refuse_spec_change, spec_for_new_versions
+from deltasink.core.guards import spec_for_new_versions
 from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
@@ -178,16 +178,6 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def prepare(self, batch: object, version: int) -> Prepared:
         spec = self.spec_for_new_versions()
-        recorded = self.log.recorded_spec(fresh=False)
-        if recorded is not None and recorded != spec:
-            refuse_spec_change(
-                recorded,
-                spec,
-                self.read_state().pending,
-                app_id=self.app_id,
-                table=self.target.uri,
-                version=version,
-            )
         data = self._prepare(batch, spec, self._schema_before(version), version)
         self.target.check_writable(data.column_names)
         if self.target.table_spec is not None and not self.target.exists():

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from deltasink import _faults
 from deltasink.checks import Check, StagedBatch, needs_validation, run_checks, validate_on
 from deltasink.core.direct import record_mark_softly
-from deltasink.core.guards import refuse_spec_change, spec_for_new_versions
+from deltasink.core.guards import spec_for_new_versions
 from deltasink.core.participant import DiscardReason
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError
@@ -195,16 +195,6 @@ class SparkBackend(SchemaFit):
         """Validate ``batch`` for ``version`` on Spark without writing anything (the
         frame stays lazy); the named errors of :meth:`stage`."""
         spec = self.spec_for_new_versions()
-        recorded = self.recorded_spec()
-        if recorded is not None and recorded != spec:
-            refuse_spec_change(
-                recorded,
-                spec,
-                self.read_state().pending,
-                app_id=self.app_id,
-                table=self.target,
-                version=version,
-            )
         prepared = self._prepare(batch, spec, version)
         return Prepared(version, prepared.rows, prepared)
 
