@@ -27,7 +27,7 @@ from deltasink.core.protocol import CommitReport
 if TYPE_CHECKING:
     from deltasink.core.committables import GcResult
     from deltasink.ops.history import HistoryEntry
-    from deltasink.ops.status import SinkStatus
+    from deltasink.status import SinkStatus
 
 __all__ = [
     "OperatedSink",

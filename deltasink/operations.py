@@ -17,9 +17,9 @@ from deltasink.input.arrow import spark_frame
 from deltasink.observe import record_pending
 from deltasink.ops.history import HistoryEntry, ledger_table
 from deltasink.ops.origin import BatchOrigin
-from deltasink.ops.resume import ResumePoint
-from deltasink.ops.status import SinkStatus
+from deltasink.status import SinkStatus
 from deltasink.stream.origins import StreamOrigins
+from deltasink.stream.resume import ResumePoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -22,14 +22,14 @@ from deltasink.observe import observed
 from deltasink.operations import Operations
 from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import BatchOrigin, encode
-from deltasink.ops.resume import ResumePoint
-from deltasink.ops.status import SinkStatus
 from deltasink.outcomes import AfterCall
 from deltasink.resolve import resolve
 from deltasink.settings import AuditChecks, StoreOptions, Timeouts
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
+from deltasink.status import SinkStatus
 from deltasink.stream.origins import StreamOrigins
+from deltasink.stream.resume import ResumePoint
 from deltasink.stream.writer import StreamWriter
 
 if TYPE_CHECKING:

@@ -270,7 +270,7 @@ class TwoPhaseCommit(PublishRun[B]):
         ``place``: called with that same state before anything else, returns the
         :class:`Placement` to write instead of ``batch``, ``version`` and ``origin`` (a
         stream's micro-batch mapped by the origins the writer's versions recorded,
-        :mod:`deltasink.ops.placing`); it may raise to refuse the batch, nothing written.
+        :mod:`deltasink.stream.placing`); it may raise to refuse the batch, nothing written.
         A placement that is a ``replay`` of a committed version changes nothing and is
         never a stale version.
 

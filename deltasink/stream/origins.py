@@ -1,6 +1,6 @@
 """What a writer's versions recorded of their stream (:class:`StreamOrigins`, read from
 both Delta logs and remembered between batches): what the rule placing a micro-batch
-(:mod:`deltasink.ops.placing`) reads, and where a new query resumes
+(:mod:`deltasink.stream.placing`) reads, and where a new query resumes
 (``DeltaSink.offsets``)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any
 from deltasink.core.committables import CommitReport, LogState, Placement
 from deltasink.errors import CheckpointResetError
 from deltasink.input.files import empty_like, file_rows, row_count
-from deltasink.ops.checkpoint import row_files_needed
 from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import (
     BatchOrigin,
@@ -23,8 +22,9 @@ from deltasink.ops.origin import (
     normal_path,
     origin_for,
 )
-from deltasink.ops.placing import Decision, Held, resolve
-from deltasink.ops.resume import ResumePoint, resume_point
+from deltasink.stream.checkpoint import row_files_needed
+from deltasink.stream.placing import Decision, Held, resolve
+from deltasink.stream.resume import ResumePoint, resume_point
 
 __all__ = ["StreamOrigins"]
 
@@ -68,7 +68,7 @@ class StreamOrigins:
     # -- what the writer holds -------------------------------------------------------
 
     def held(self, state: LogState) -> Held:
-        """What the writer holds, for :func:`~deltasink.ops.placing.resolve`."""
+        """What the writer holds, for :func:`~deltasink.stream.placing.resolve`."""
         committed = state.committed_version
         pending = tuple(s.version for s in state.pending)
         last = pending[-1] if pending else committed

@@ -1,6 +1,6 @@
 """The stream writer of a :class:`~deltasink.sink.DeltaSink` (``sink.foreach_batch``): a
 micro-batch's origin read from its query's checkpoint, placed at a version by the rule of
-:mod:`deltasink.ops.placing` over what the writer holds (:class:`StreamOrigins`), then
+:mod:`deltasink.stream.placing` over what the writer holds (:class:`StreamOrigins`), then
 written through the core with Spark's replay rule."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from deltasink.core.protocol import TwoPhaseCommit
 from deltasink.errors import ConfigurationError
 from deltasink.input.files import file_rows
 from deltasink.inputs import Batch
-from deltasink.ops.checkpoint import row_files_needed, stream_origin, with_row_files
-from deltasink.ops.placing import Decision
+from deltasink.stream.checkpoint import row_files_needed, stream_origin, with_row_files
 from deltasink.stream.origins import StreamOrigins
+from deltasink.stream.placing import Decision
 
 __all__ = ["StreamWriter", "no_foreach_batch_on_the_embedded_session"]
 
@@ -91,7 +91,7 @@ class StreamWriter:
         ``<checkpointLocation>/metadata``), the batch id and the source positions Spark
         wrote to ``<checkpointLocation>/offsets/<batch_id>`` (with a file source's
         files). The version is ``base + batch_id``. One rule places every micro-batch
-        (:mod:`deltasink.ops.placing`), from the *newest version the writer holds*
+        (:mod:`deltasink.stream.placing`), from the *newest version the writer holds*
         (committed or pending):
 
         * written by this query: the next batch is written; a replay (this very batch,
