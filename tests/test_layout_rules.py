@@ -320,3 +320,83 @@ def test_an_engine_is_opened_through_its_entry(monkeypatch: pytest.MonkeyPatch) 
     assert opened == [config]
     assert select_engine("spark", "session", "/t") == ("spark", "engine='spark' was given")
     assert refused == ["session"]
+
+
+DESIGN_NOTES = PACKAGE.parent / "docs" / "design-notes.md"
+#: Imports that go up a floor, each named in the map's exceptions (docs/design-notes.md).
+UPWARD = {
+    ("deltasink.input.rows", "deltasink.backends.embedded.sail"),
+    ("deltasink.ops.checkpoint", "deltasink.stream.checkpoint"),
+    ("deltasink.ops.placing", "deltasink.stream.placing"),
+}
+
+
+def house_map(text: str) -> list[tuple[str, list[str]]]:
+    """The floors of the map in ``text`` (highest first): ``(floor, [module, ...])``
+    with every name made absolute (``__init__`` is ``deltasink`` itself)."""
+    block = text.split("<!-- house-map", 1)[1].split("<!-- /house-map -->", 1)[0]
+    lines = block.split("```text", 1)[1].split("```", 1)[0].strip().splitlines()
+    return [
+        (floor, ["deltasink" if n == "__init__" else f"deltasink.{n}" for n in names])
+        for floor, *names in (line.split() for line in lines)
+    ]
+
+
+def floor_of(name: str, floors: list[tuple[str, list[str]]]) -> int | None:
+    """The index of the floor holding module ``name`` (the longest name that is it or a
+    package of it), or ``None``."""
+    best: tuple[int, int] | None = None
+    for index, (_, names) in enumerate(floors):
+        for listed in names:
+            if (name == listed or name.startswith(listed + ".")) and (
+                best is None or len(listed) > best[1]
+            ):
+                best = (index, len(listed))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]], floors: list[tuple[str, list[str]]]) -> list[str]:
+    """The imports of ``graph`` that go to a higher floor (a lower index)."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        mine = floor_of(name, floors)
+        for target in sorted(targets):
+            theirs = floor_of(target, floors)
+            upward = mine is not None and theirs is not None and theirs < mine
+            if upward and (name, target) not in UPWARD:
+                assert mine is not None
+                assert theirs is not None
+                found.append(f"{name} ({floors[mine][0]}) imports {target} ({floors[theirs][0]})")
+    return found
+
+
+def test_the_map_of_the_house_matches_the_code() -> None:
+    """docs/design-notes.md opens with the map of the house: every name on it is a module
+    or package, every module is on one floor, every import goes down or sideways."""
+    text = DESIGN_NOTES.read_text()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## The house: a map"  # it opens the notes
+    floors = house_map(text)
+    known = modules()
+    listed = [name for _, names in floors for name in names]
+    assert [n for n in listed if n not in known] == []
+    assert len(listed) == len(set(listed))
+    assert [m for m in known if floor_of(m, floors) is None] == []
+    graph = {name: imports(name, path, top_level=False) for name, path in known.items()}
+    assert upward_imports(graph, floors) == []
+    for name, target in UPWARD:
+        assert target in graph[name], f"{name} no longer imports {target}: drop the exception"
+        assert f"`{name.removeprefix('deltasink.')}`" in text
+
+
+def test_the_map_rule_can_fail() -> None:
+    floors = house_map(
+        "<!-- house-map -->\n```text\ntop  sink\nlow  core errors\n```\n<!-- /house-map -->"
+    )
+    assert floors == [("top", ["deltasink.sink"]), ("low", ["deltasink.core", "deltasink.errors"])]
+    assert floor_of("deltasink.core.protocol", floors) == 1
+    assert floor_of("deltasink.stream", floors) is None
+    graph = {"deltasink.core.protocol": {"deltasink.sink", "deltasink.errors"}}
+    assert upward_imports(graph, floors) == [
+        "deltasink.core.protocol (low) imports deltasink.sink (top)"
+    ]
