@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any
+from typing import Any, Generic
 
 import pytest
 
@@ -156,3 +156,9 @@ def test_the_sink_is_composed_of_parts_not_mixins() -> None:
     assert Operations.__mro__ == (Operations, object)
     assert DeltaSink.status.__doc__ == Operations.status.__doc__
     assert DeltaSink.foreach_batch.__doc__ == StreamWriter.foreach_batch.__doc__
+    # the core holds its publishing run as a part too
+    from deltasink.core.protocol import TwoPhaseCommit
+    from deltasink.core.publishing import PublishRun
+
+    assert PublishRun not in TwoPhaseCommit.__mro__
+    assert PublishRun.__mro__ == (PublishRun, Generic, object)
