@@ -49,7 +49,7 @@ def _order(version: int | None) -> int:
 logger = logging.getLogger("deltasink")
 
 
-class EmbeddedBackend(SchemaFit, Claims):
+class EmbeddedBackend(Claims):
     """The embedded engine's :class:`~deltasink.backends.ports.CommitPort`: a
     :class:`~deltasink.core.participant.Participant` over delta-rs, with fencing,
     coalescing and write-audit-publish.
@@ -116,8 +116,16 @@ class EmbeddedBackend(SchemaFit, Claims):
         # are published: what their stage commits recorded, kept so that publishing
         # does not read the staging history for them.
         self._origins: dict[int, str | None] = {}
-        # Schemas of staged versions read from their files' footers (not in _staged).
-        self._schemas: dict[int, pa.Schema] = {}
+        # What a batch must fit; it keeps the schemas of staged versions read from their
+        # files' footers (not in _staged).
+        self._fit = SchemaFit(
+            app_id=app_id,
+            target=self.target,
+            log=self.log,
+            staged=self._staged,
+            state=lambda: self._state if self._state is not None else self.read_state(),
+            spec_for_staged=self.spec_for_staged,
+        )
 
     # -- configuration -------------------------------------------------------------
 
@@ -178,7 +186,7 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def prepare(self, batch: object, version: int) -> Prepared:
         spec = self.spec_for_new_versions()
-        data = self._prepare(batch, spec, self._schema_before(version), version)
+        data = self._fit.prepare(batch, spec, self._fit.schema_before(version), version)
         self.target.check_writable(data.column_names)
         if self.target.table_spec is not None and not self.target.exists():
             partition_by = self.target.table_spec.partition_by or ()
@@ -337,7 +345,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         for version in versions:
             self._origins.pop(version, None)
         for version in versions:
-            self._schemas.pop(version, None)
+            self._fit.forget([version])
         # The epoch on the state read in this call (the drop commit fails on a claim since)
         self.writer.drop(versions, reason=reason, epoch=self._fence(fresh=False), verified=True)
 
@@ -363,13 +371,15 @@ class EmbeddedBackend(SchemaFit, Claims):
         self.writer.set_quarantine(version, reason, epoch=self._fence())
 
     def restage(self, batch: object, version: int) -> StagedVersion:
-        data = self._prepare(batch, self.spec_for_staged(), self._schema_before(version), version)
+        data = self._fit.prepare(
+            batch, self.spec_for_staged(), self._fit.schema_before(version), version
+        )
         self._auditor.validate(data)
         epoch = self._fence(data.schema)
         assert epoch is not None
         self._staged.drop([version])  # whatever happens next, never the old rows
         self._origins.pop(version, None)
-        self._schemas.pop(version, None)
+        self._fit.forget([version])
         staged = self.writer.replace(version, data, epoch=epoch)
         self._origins[version] = None  # a restage commit records no origin
         self._staged.put(version, data)

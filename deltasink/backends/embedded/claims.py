@@ -16,6 +16,7 @@ from deltasink.shapes.spec import MergeSpec
 from .audit import Auditor
 from .cache import StagedCache
 from .fencing import Fence
+from .schemas import SchemaFit
 from .stage import StagingWriter
 
 __all__ = ["Claims", "foreign_intent"]
@@ -46,7 +47,7 @@ class Claims:
     _auditor: Auditor
     _spec: MergeSpec | None
     _staged: StagedCache
-    _schemas: dict[int, pa.Schema]
+    _fit: SchemaFit
     _epoch: int | None
     _intent: int | None
     #: The staging state held is the one a claim just committed (see :meth:`claim`).
@@ -97,7 +98,7 @@ class Claims:
             )
             self._epoch = None
             self._staged.clear()
-            self._schemas.clear()
+            self._fit.forget()
         spec = self._spec or self.log.recorded_spec()
         self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
         return self._epoch
