@@ -400,3 +400,56 @@ def test_the_map_rule_can_fail() -> None:
     assert upward_imports(graph, floors) == [
         "deltasink.core.protocol (low) imports deltasink.sink (top)"
     ]
+
+
+def borrowed_attributes(path: Path) -> list[str]:
+    """The classes of ``path`` that declare attributes (``name: Type`` in the class body)
+    they never assign: a mixin using its host's attributes (dataclasses, protocols and
+    named tuples declare fields, which is another thing)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [ast.unparse(b) for b in node.bases]
+        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+        if decorators & {"dataclass", "dataclasses.dataclass"} or any(
+            "Protocol" in b or b in ("NamedTuple", "TypedDict") for b in bases
+        ):
+            continue
+        declared = [
+            s.target.id
+            for s in node.body
+            if isinstance(s, ast.AnnAssign) and s.value is None and isinstance(s.target, ast.Name)
+        ]
+        assigned = {
+            e.attr
+            for sub in ast.walk(node)
+            if isinstance(sub, (ast.Assign, ast.AnnAssign))
+            for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+            for e in ast.walk(target)
+            if isinstance(e, ast.Attribute)
+            and isinstance(e.value, ast.Name)
+            and e.value.id == "self"
+        }
+        missing = [d for d in declared if d not in assigned]
+        if missing:
+            found.append(f"{path.name}:{node.name} {missing}")
+    return found
+
+
+def test_no_class_uses_attributes_it_does_not_define() -> None:
+    """Parts, not mixins (issue 45): a class uses what it defines or receives, so a
+    reader can tell from its body what it may touch."""
+    found = [b for path in modules().values() for b in borrowed_attributes(path)]
+    assert found == []
+
+
+def test_the_mixin_rule_can_fail(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "class Mixin:\n    app_id: str\n    _core: object\n"
+        "    def f(self):\n        self._core = 1\n        return self.app_id\n"
+        "class Part:\n    app_id: str\n    def __init__(self):\n        self.app_id = 'a'\n"
+    )
+    assert borrowed_attributes(source) == ["probe.py:Mixin ['app_id']"]
