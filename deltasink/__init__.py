@@ -56,6 +56,7 @@ from deltasink.errors import (
 from deltasink.group import GroupReport, GroupSnapshot, GroupStatus, SinkGroup
 from deltasink.notices import ReplayWarning
 from deltasink.ops.history import HistoryEntry
+from deltasink.settings import AuditChecks, StoreOptions, Timeouts
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
 from deltasink.sink import DeltaSink, SinkStatus
@@ -69,6 +70,7 @@ _logging.getLogger("deltasink").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AlreadyCommittedError",
+    "AuditChecks",
     "CheckpointResetError",
     "CommitError",
     "CommitReport",
@@ -105,8 +107,10 @@ __all__ = [
     "StagingOwnershipError",
     "StorageAccessError",
     "StorageError",
+    "StoreOptions",
     "TableDefinitionError",
     "TableSpec",
+    "Timeouts",
     "UnsafeStoreError",
     "UnsupportedTableFeatureError",
     "UnverifiableChecksError",

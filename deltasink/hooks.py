@@ -20,18 +20,43 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from deltasink.core.protocol import CommitReport
 
 if TYPE_CHECKING:
-    # The operator side of DeltaSink (its base class): what a hook may read and run.
-    # Not deltasink.sink, which imports this module.
-    from deltasink.sink_ops import SinkOperations
+    from deltasink.core.committables import GcResult
+    from deltasink.ops.history import HistoryEntry
+    from deltasink.status import SinkStatus
 
-__all__ = ["PostCommit", "PostCommitHook", "gc_every", "optimize_every", "run_hooks"]
+__all__ = [
+    "OperatedSink",
+    "PostCommit",
+    "PostCommitHook",
+    "gc_every",
+    "optimize_every",
+    "run_hooks",
+]
 
 logger = logging.getLogger("deltasink")
+
+
+class OperatedSink(Protocol):
+    """What a hook may read and run on the sink that committed: the operator side of a
+    :class:`~deltasink.sink.DeltaSink` (not that class, which imports this module)."""
+
+    target: str
+    app_id: str
+
+    def status(self, *, with_origin: bool = False) -> SinkStatus: ...
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]: ...
+
+    def gc(self, retention: timedelta | float = ..., *, dry_run: bool = False) -> GcResult: ...
+
+    def optimize(self, *, z_order_by: Sequence[str] = ()) -> None: ...
+
+    def commits_since_optimize(self, limit: int = 1000) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -46,7 +71,7 @@ class PostCommit:
     """
 
     report: CommitReport
-    sink: SinkOperations
+    sink: OperatedSink
 
 
 PostCommitHook = Callable[[PostCommit], None]

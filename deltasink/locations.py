@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+from deltasink.reserved import STAGING_SUFFIX
+
 __all__ = [
     "STAGING_SUFFIX",
     "default_staging",
@@ -24,9 +26,6 @@ __all__ = [
     "normalize_uri",
     "same_location",
 ]
-
-#: The default staging tables of a target live in ``<target>_deltasink_staging/``.
-STAGING_SUFFIX = "_deltasink_staging"
 
 
 def is_local(uri: str) -> bool:

@@ -6,41 +6,51 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from deltasink.backends import Engine, connect, select_engine
-from deltasink.backends.ports import CommitPort, MaintenancePort, SinkConfig
+from deltasink.backends import Engine, connect
+from deltasink.backends.ports import CommitPort
 from deltasink.checks import Check
-from deltasink.core.committables import LogState, Placement
-from deltasink.core.protocol import (
-    CommitReport,
-    Committable,
-    Progress,
-    Timeouts,
-    TwoPhaseCommit,
-)
-from deltasink.errors import ConfigurationError, InvalidInputError, QuarantinedError
+from deltasink.core.committables import GcResult
+from deltasink.core.protocol import CommitReport, Committable, Progress, TwoPhaseCommit
+from deltasink.errors import InvalidInputError
 from deltasink.failures import named_storage_errors
-from deltasink.hooks import PostCommit, PostCommitHook, run_hooks
+from deltasink.hooks import PostCommitHook
 from deltasink.inputs import Batch
 from deltasink.locations import default_staging
 from deltasink.observe import observed
+from deltasink.operations import Operations
+from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import BatchOrigin, encode
-from deltasink.ops.status import SinkStatus
-from deltasink.resuming import StreamOrigins, StreamWriting
+from deltasink.outcomes import AfterCall
+from deltasink.resolve import resolve
+from deltasink.settings import AuditChecks, StoreOptions, Timeouts
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
-from deltasink.sink_args import check_arguments, check_engine_fit, locate
-from deltasink.sink_ops import SinkOperations
-from deltasink.stores import checked_options
+from deltasink.status import SinkStatus
+from deltasink.stream.origins import StreamOrigins
+from deltasink.stream.resume import ResumePoint
+from deltasink.stream.writer import StreamWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["DeltaSink", "SinkStatus", "default_staging"]
 
 
-class DeltaSink(StreamWriting, SinkOperations):
+def documented_by(part: Callable[..., Any]) -> Callable[[F], F]:
+    """A facade method's docstring: the contract of the part's method it delegates to."""
+
+    def document(method: F) -> F:
+        method.__doc__ = part.__doc__
+        return method
+
+    return document
+
+
+class DeltaSink:
     """Exactly-once, idempotent writes of batches into one Delta table.
 
     Each batch has a ``version``: an int ≥ 0 that increases per ``app_id`` (the
@@ -61,13 +71,15 @@ class DeltaSink(StreamWriting, SinkOperations):
             recorded in the staging table (what the CLI does).
         staging: Location of the staging table. Default:
             ``<target>_deltasink_staging/<app_id>``.
-        transaction_timeout: Age (timedelta or seconds) after which a staged version
-            counts as timed out.
-        ignore_failures_after_timeout: In :meth:`recover`, abandon (drop, with a
-            warning) a version that fails to commit and is older than the timeout,
-            instead of raising. Its rows never reach the target.
-        timeout_warning_ratio: Warn when a pending version is older than
-            ``transaction_timeout * ratio``.
+        timeouts: The transaction timeout (:class:`~deltasink.Timeouts`): the age
+            after which a staged version counts as timed out, whether :meth:`recover`
+            then abandons (drops, with a warning) a version that fails to commit
+            instead of raising (its rows never reach the target), and from which age a
+            pending version is warned about (``timeout * warning_ratio``).
+        transaction_timeout, ignore_failures_after_timeout, timeout_warning_ratio: The
+            flat spellings of ``timeouts`` (``Timeouts(transaction_timeout=...,
+            ignore_failures_after_timeout=..., warning_ratio=...)``), accepted in this
+            release, removed in the next.
         coalesce: When several versions are pending, commit them in one target commit
             (the marker of the highest version; the same result as committing them one
             by one). Falls back to one by one if that commit fails. Specs whose
@@ -88,39 +100,25 @@ class DeltaSink(StreamWriting, SinkOperations):
             DeltaSparkSessionExtension) or a catalog table name, else ``embedded``.
             ``status()`` reports the choice and why.
         spark: The session for the ``spark`` engine (default: the active session).
-        checks: Pre-commit checks run on each staged version before it is published
-            (write-audit-publish, :mod:`deltasink.checks`); a failing version is
-            quarantined. They are recorded in the staging table, and a sink created
-            without ``checks`` (``None``: an operator's sink, the CLI) runs the recorded
-            built-in ones, so it never publishes what the job would not. Pass ``()``
-            for a job without checks. A check that cannot work is a
+        audit: Write-audit-publish (:class:`~deltasink.AuditChecks`): pre-commit
+            checks run on each staged version before it is published
+            (:mod:`deltasink.checks`; a failing version is quarantined), what a sink
+            without checks does with recorded ones it cannot run, whether a quarantine
+            raises :class:`~deltasink.errors.QuarantinedError` after the call, and
+            whether a failing check may quote rows. A check that cannot work is a
             :class:`~deltasink.errors.ConfigurationError`, never a quarantine: here
             (not a callable of one argument, a SQL text that does not parse), or at
             the first batch, before anything is staged (a column the batch does not
             have, a SQL check that does not analyse).
-        unverifiable_checks: For a sink without ``checks``: when the recorded checks
-            include plain callables (which only the job can run), ``"refuse"``
-            (default: :class:`~deltasink.errors.UnverifiableChecksError`, nothing
-            published) or ``"skip"`` them (run the recorded built-ins only).
-        on_quarantine: When a call (``write``, ``foreach_batch``, ``commit``,
-            ``recover``) quarantines a version or stops at one: ``"continue"``
-            (default: the report says so, with an error logged; a stream goes on
-            staging later batches behind it) or ``"raise"``
-            :class:`~deltasink.errors.QuarantinedError` after the call, which stops a
-            streaming query until the version is aborted or re-staged.
-        check_samples: Let a failing check quote rows of the batch in its message
-            (kept in the staging table, logged, shown by ``status``). Off by default,
-            since rows may hold personal data: the message then gives counts only.
+        checks, unverifiable_checks, on_quarantine, check_samples: The flat spellings
+            of ``audit``, accepted in this release, removed in the next.
         post_commit: Hooks run after each call that committed something
             (:mod:`deltasink.hooks`): compaction, notifications.
-        storage_options: delta-rs storage options for object stores. Options that
-            declare an S3 store without put-if-absent commits
-            (``AWS_S3_ALLOW_UNSAFE_RENAME=true``, ``AWS_S3_LOCKING_PROVIDER``,
-            ``AWS_CONDITIONAL_PUT=disabled``; :mod:`deltasink.stores`) are refused with
-            :class:`~deltasink.errors.UnsafeStoreError` unless the user opts in.
-        allow_unsafe_commits: Opt in to such a store (also the storage option
-            ``deltasink.allow_unsafe_commits=true``): two writers may then both win one
-            table version, which loses a batch or lets a fenced writer go on.
+        store: How the store is reached (:class:`~deltasink.StoreOptions`): delta-rs
+            storage options, and the opt-in to a store without put-if-absent commits
+            (refused with :class:`~deltasink.errors.UnsafeStoreError` otherwise).
+        storage_options, allow_unsafe_commits: The flat spellings of ``store``,
+            accepted in this release, removed in the next.
         table: How the target is created on the first publish (partitioning,
             clustering, properties, comment; :class:`~deltasink.shapes.table.TableSpec`). An
             existing target that contradicts it is refused with
@@ -160,68 +158,53 @@ class DeltaSink(StreamWriting, SinkOperations):
         allow_unsafe_commits: bool = False,
         table: TableSpec | None = None,
         clock: Callable[[], float] = time.time,
+        timeouts: Timeouts | None = None,
+        audit: AuditChecks | None = None,
+        store: StoreOptions | None = None,
     ) -> None:
-        checks = check_arguments(
-            target,
-            app_id,
-            merge=merge,
-            table=table,
-            checks=checks,
-            on_quarantine=on_quarantine,
-            on_stale=on_stale,
-            engine=engine,
-        )
-        self._on_quarantine = on_quarantine
-        chosen, self.engine_reason = select_engine(engine, spark, os.fspath(target))
-        self.target, self.staging, catalog = locate(target, staging, app_id)
-        self.app_id = app_id
-        timeouts = Timeouts(
-            transaction_timeout=transaction_timeout,
-            ignore_failures_after_timeout=ignore_failures_after_timeout,
-            warning_ratio=timeout_warning_ratio,
-        )
-        check_engine_fit(
-            chosen, max_commit_attempts=max_commit_attempts, catalog=catalog, target=self.target
-        )
-        # The spark engine commits through Spark's LogStore: its options only read.
-        storage_options = checked_options(
-            [self.target, self.staging],
-            storage_options,
-            allow_unsafe_commits=bool(allow_unsafe_commits) or chosen != "embedded",
-        )
-        parts = connect(
-            chosen,
-            SinkConfig(
-                target=self.target,
-                staging=self.staging,
-                app_id=app_id,
-                merge=merge,
-                max_commit_attempts=max_commit_attempts,
-                storage_options=storage_options,
-                checks=checks,
-                unverifiable_checks=unverifiable_checks,
-                check_samples=bool(check_samples),
-                table=table,
-                spark=spark,
-            ),
-        )
+        # Every argument, by name, to the one step that checks and resolves them.
+        arguments = {name: value for name, value in locals().items() if name != "self"}
+        settings = self.settings = resolve(**arguments)
+        self.target, self.staging, self.app_id = settings.target, settings.staging, app_id
+        self.engine_reason = settings.engine_reason
+        parts = connect(settings.engine, settings.config())
         self._backend: CommitPort = parts.commit
-        self._maintenance: MaintenancePort = parts.maintenance
-        self._post_commit = tuple(post_commit)
         self._spark = spark
-        self._origins = StreamOrigins(
-            target=self.target,
-            app_id=app_id,
-            history=self._maintenance.history,
-            staged_origin=self._backend.staged_origin,
-        )
         self._core: TwoPhaseCommit[object] = TwoPhaseCommit(
             self._backend,
             app_id=app_id,
-            timeouts=timeouts,
-            clock=clock,
-            coalesce=coalesce,
-            on_stale=on_stale,
+            timeouts=settings.timeouts,
+            clock=settings.clock,
+            coalesce=settings.coalesce,
+            on_stale=settings.on_stale,
+            table=self.target,
+        )
+        origins = StreamOrigins(
+            target=self.target,
+            app_id=app_id,
+            history=parts.maintenance.history,
+            staged_origin=self._backend.staged_origin,
+        )
+        self._after = AfterCall(
+            hooks=settings.post_commit,
+            on_quarantine=settings.audit.on_quarantine,
+            sink=self,
+            target=self.target,
+            app_id=app_id,
+        )
+        self._stream = StreamWriter(
+            target=self.target, app_id=app_id, origins=origins, core=self._core, after=self._after
+        )
+        self._operations = Operations(
+            target=self.target,
+            staging=self.staging,
+            app_id=app_id,
+            engine_reason=self.engine_reason,
+            backend=self._backend,
+            maintenance=parts.maintenance,
+            core=self._core,
+            origins=origins,
+            spark=spark,
         )
 
     def __reduce__(self) -> Any:
@@ -229,20 +212,7 @@ class DeltaSink(StreamWriting, SinkOperations):
         mode) pickles a ``foreachBatch`` function to run it in a Python worker of the
         server, and a bound ``sink.foreach_batch`` would carry this sink's session and
         open tables into another process."""
-        from deltasink.backends import active_session, embedded_session
-
-        if embedded_session(self._spark if self._spark is not None else active_session()):
-            from deltasink.resuming import no_foreach_batch_on_the_embedded_session
-
-            raise no_foreach_batch_on_the_embedded_session(self.target, self.app_id)
-        raise ConfigurationError(
-            f"a DeltaSink (app {self.app_id!r}) cannot be pickled: on Spark Connect "
-            "(serverless, standard access mode) foreachBatch pickles its function, so pass "
-            "foreach_batch_writer(target, app_id, merge, checkpoint=...) instead of "
-            "sink.foreach_batch.",
-            table=self.target,
-            app_id=self.app_id,
-        )
+        raise self._stream.pickling_refused(self._spark)
 
     def __repr__(self) -> str:
         return (
@@ -323,7 +293,7 @@ class DeltaSink(StreamWriting, SinkOperations):
             DeltaSinkError: Otherwise as :meth:`pre_commit` and :meth:`commit`.
         """
         if position is None:
-            return self._write(df, version, replays_last_only=False)
+            return self._after(self._core.write(df, version, replays_last_only=False))
         try:
             encoded = encode(BatchOrigin(position=position))
         except (TypeError, ValueError) as exc:
@@ -332,46 +302,7 @@ class DeltaSink(StreamWriting, SinkOperations):
                 table=self.target,
                 app_id=self.app_id,
             ) from exc
-        return self._write(df, version, replays_last_only=False, origin=encoded)
-
-    def _write(
-        self,
-        df: Batch,
-        version: int,
-        *,
-        replays_last_only: bool,
-        origin: str | None = None,
-        place: Callable[[LogState], Placement] | None = None,
-    ) -> CommitReport:
-        return self._after(
-            self._core.write(
-                df,
-                version,
-                replays_last_only=replays_last_only,
-                origin=origin,
-                place=place,
-            )
-        )
-
-    def _after(self, report: CommitReport) -> CommitReport:
-        if self._post_commit:
-            run_hooks(self._post_commit, PostCommit(report=report, sink=self))
-        if self._on_quarantine == "raise":
-            stopped = [r for r in report.results if r.outcome == "quarantined"]
-            if stopped:
-                version, reason = stopped[0].version, stopped[0].message or "a check failed"
-                raise QuarantinedError(
-                    f"version {version} of app {self.app_id!r} is quarantined ({reason}); "
-                    f"it and later versions wait. Abort it (sink.abort({version}) or "
-                    f"`deltasink abort {self.target} --app {self.app_id} {version}`) or "
-                    "re-stage it with fixed data, then restart.",
-                    reason=reason,
-                    report=report,
-                    table=self.target,
-                    app_id=self.app_id,
-                    version=version,
-                )
-        return report
+        return self._after(self._core.write(df, version, replays_last_only=False, origin=encoded))
 
     @named_storage_errors
     def abort(self, version: int) -> bool:
@@ -395,3 +326,61 @@ class DeltaSink(StreamWriting, SinkOperations):
             CommitError: As for :meth:`commit`.
         """
         return self._after(self._core.recover(progress=progress))
+
+    # -- the stream writer -------------------------------------------------------------
+
+    @observed("foreach_batch")
+    @named_storage_errors
+    @documented_by(StreamWriter.foreach_batch)
+    def foreach_batch(
+        self,
+        df: Batch,
+        batch_id: int,
+        *,
+        resume: bool = False,
+        checkpoint: str | os.PathLike[str] | None = None,
+    ) -> CommitReport:
+        return self._stream.foreach_batch(df, batch_id, resume=resume, checkpoint=checkpoint)
+
+    # -- the operations part -----------------------------------------------------------
+
+    @property
+    def engine(self) -> str:
+        """The backend doing the Delta writes (``embedded`` or ``spark``)."""
+        return self._backend.name
+
+    @named_storage_errors
+    @documented_by(Operations.offsets)
+    def offsets(self) -> ResumePoint:
+        return self._operations.offsets()
+
+    @named_storage_errors
+    @documented_by(Operations.status)
+    def status(self, *, with_origin: bool = False) -> SinkStatus:
+        return self._operations.status(with_origin=with_origin)
+
+    @named_storage_errors
+    @documented_by(Operations.gc)
+    def gc(
+        self, retention: timedelta | float = timedelta(days=7), *, dry_run: bool = False
+    ) -> GcResult:
+        return self._operations.gc(retention, dry_run=dry_run)
+
+    @named_storage_errors
+    @documented_by(Operations.optimize)
+    def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
+        self._operations.optimize(z_order_by=z_order_by)
+
+    @named_storage_errors
+    @documented_by(Operations.commits_since_optimize)
+    def commits_since_optimize(self, limit: int = 1000) -> int:
+        return self._operations.commits_since_optimize(limit)
+
+    @documented_by(Operations.ledger)
+    def ledger(self, spark: SparkSession | None = None, *, limit: int | None = None) -> DataFrame:
+        return self._operations.ledger(spark, limit=limit)
+
+    @named_storage_errors
+    @documented_by(Operations.history)
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        return self._operations.history(limit)

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 from deltasink.backends import active_session, connect_session, embedded_session
 from deltasink.core.committables import CommitReport
 from deltasink.errors import ConfigurationError
-from deltasink.resuming import no_foreach_batch_on_the_embedded_session
 from deltasink.shapes.spec import MergeSpec
 from deltasink.sink import DeltaSink
+from deltasink.stream.writer import no_foreach_batch_on_the_embedded_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

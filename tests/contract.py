@@ -990,10 +990,10 @@ def stage_as_an_old_release(sink: DeltaSink, batch: Any, version: int) -> None:
     versions pending before it (how a version got stuck)."""
     backend: Any = sink._backend
     with pytest.MonkeyPatch.context() as patch:
-        if hasattr(backend, "_schema_before"):  # the embedded engine
-            patch.setattr(backend, "_schema_before", lambda v: backend.target.schema())
+        if hasattr(backend._fit, "schema_before"):  # the embedded engine
+            patch.setattr(backend._fit, "schema_before", lambda v: backend.target.schema())
         else:  # the spark engine
-            patch.setattr(backend, "_expected", lambda v, target: None)
+            patch.setattr(backend._fit, "expected", lambda v, target: None)
         assert sink.pre_commit(batch, version).state == "staged"
 
     def test_float_keys_have_one_rule_in_every_mode(self, harness: Harness) -> None:

@@ -188,7 +188,7 @@ def test_a_micro_batch_without_checkpoint_has_no_identity_on_connect(
 ) -> None:
     """No SparkContext on Connect, so no ``sql.streaming.queryId``: without
     ``checkpoint=`` no origin, and a warning that names the fix."""
-    from deltasink.ops import checkpoint as origin
+    from deltasink.stream import checkpoint as origin
 
     frame = connect_spark.range(1)
     monkey_warned = set(origin._warned)

@@ -211,7 +211,7 @@ def test_a_streams_replay_of_its_last_batch_does_not_warn(target: str) -> None:
     sink.write(rows(id=[1], v=["a"]), 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReplayWarning)
-        assert sink._write(rows(id=[1], v=["a"]), 0, replays_last_only=True).results == ()
+        assert sink._stream._write(rows(id=[1], v=["a"]), 0).results == ()
 
 
 # -- keys as one string -------------------------------------------------------------------

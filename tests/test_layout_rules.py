@@ -199,3 +199,257 @@ def test_the_rules_can_fail() -> None:
         "deltasink.backends.spark.logs imports deltasink.backends.embedded.publish"
     ]
     assert cycles(graph) == [["deltasink.a", "deltasink.b"]]
+
+
+def reserved_spellings(path: Path) -> list[str]:
+    """The string constants of ``path`` (docstrings aside) that spell the reserved
+    ``_deltasink_`` prefix themselves."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        f"{path.name}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "_deltasink_" in node.value
+        and id(node) not in docstrings
+    ]
+
+
+def test_reserved_names_are_spelled_in_one_module() -> None:
+    """Every ``_deltasink_`` name (a column, the staging suffix, a cached attribute) comes
+    from :mod:`deltasink.reserved`; no other module spells the prefix."""
+    found = [
+        spelling
+        for name, path in modules().items()
+        if name != "deltasink.reserved"
+        for spelling in reserved_spellings(path)
+    ]
+    assert found == []
+
+
+def test_the_reserved_rule_can_fail(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        '"""Writes ``_deltasink_x``."""\nX = "_deltasink_x"\nY = f"a _deltasink_{X}"\n'
+    )
+    assert reserved_spellings(source) == [
+        "probe.py:2: '_deltasink_x'",
+        "probe.py:3: 'a _deltasink_'",
+    ]
+
+
+ENGINE_NAMES = {"embedded", "spark"}
+
+
+def _engine_value(node: ast.expr) -> bool:
+    """Whether ``node`` names an engine choice (``engine``, ``chosen``, ``self.engine``)."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return isinstance(name, str) and ("engine" in name or name == "chosen")
+
+
+def engine_branches(path: Path) -> list[str]:
+    """The comparisons of an engine choice with an engine's name in ``path``
+    (``engine == "spark"``, ``chosen in ("embedded", ...)``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        constants = [
+            c
+            for o in operands
+            for c in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o])
+            if isinstance(c, ast.Constant)
+        ]
+        if any(c.value in ENGINE_NAMES for c in constants) and any(
+            _engine_value(o) for o in operands
+        ):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_engines_are_registered_not_branched_on() -> None:
+    """What differs between engines is an entry of ``deltasink.backends.ENGINES``; no
+    module compares an engine choice with an engine's name (the SQL dialect named
+    ``spark`` is another thing)."""
+    found = [branch for path in modules().values() for branch in engine_branches(path)]
+    assert found == []
+
+
+def test_the_engine_rule_can_fail(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        'a = engine == "spark"\nb = self.chosen_engine in ("embedded", "z")\n'
+        'c = engine == "auto"\nd = dialect == "spark"\ne = chosen != "embedded"\n'
+    )
+    assert engine_branches(source) == ["probe.py:1", "probe.py:2", "probe.py:5"]
+
+
+def test_an_engine_is_opened_through_its_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``connect`` and ``select_engine`` read :data:`deltasink.backends.ENGINES`: an entry
+    replaced there is the engine the facade opens and asks."""
+    from deltasink.backends import ENGINES, EngineEntry, connect, select_engine
+    from deltasink.backends.ports import EngineParts, SinkConfig
+
+    opened: list[SinkConfig] = []
+    parts = EngineParts(commit=None, maintenance=None)  # type: ignore[arg-type]
+    refused: list[object] = []
+
+    def open_fake(config: SinkConfig) -> EngineParts:
+        opened.append(config)
+        return parts
+
+    entry = EngineEntry(
+        open_fake,
+        writes_catalog_tables=True,
+        commits_through_storage_options=False,
+        refuse_session=refused.append,
+    )
+    monkeypatch.setitem(ENGINES, "spark", entry)  # type: ignore[index]
+    config = SinkConfig(target="/t", staging="/s", app_id="a", merge=None)
+    assert connect("spark", config) is parts
+    assert opened == [config]
+    assert select_engine("spark", "session", "/t") == ("spark", "engine='spark' was given")
+    assert refused == ["session"]
+
+
+DESIGN_NOTES = PACKAGE.parent / "docs" / "design-notes.md"
+#: Imports that go up a floor, each named in the map's exceptions (docs/design-notes.md).
+UPWARD = {
+    ("deltasink.input.rows", "deltasink.backends.embedded.sail"),
+    ("deltasink.ops.checkpoint", "deltasink.stream.checkpoint"),
+    ("deltasink.ops.placing", "deltasink.stream.placing"),
+}
+
+
+def house_map(text: str) -> list[tuple[str, list[str]]]:
+    """The floors of the map in ``text`` (highest first): ``(floor, [module, ...])``
+    with every name made absolute (``__init__`` is ``deltasink`` itself)."""
+    block = text.split("<!-- house-map", 1)[1].split("<!-- /house-map -->", 1)[0]
+    lines = block.split("```text", 1)[1].split("```", 1)[0].strip().splitlines()
+    return [
+        (floor, ["deltasink" if n == "__init__" else f"deltasink.{n}" for n in names])
+        for floor, *names in (line.split() for line in lines)
+    ]
+
+
+def floor_of(name: str, floors: list[tuple[str, list[str]]]) -> int | None:
+    """The index of the floor holding module ``name`` (the longest name that is it or a
+    package of it), or ``None``."""
+    best: tuple[int, int] | None = None
+    for index, (_, names) in enumerate(floors):
+        for listed in names:
+            if (name == listed or name.startswith(listed + ".")) and (
+                best is None or len(listed) > best[1]
+            ):
+                best = (index, len(listed))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]], floors: list[tuple[str, list[str]]]) -> list[str]:
+    """The imports of ``graph`` that go to a higher floor (a lower index)."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        mine = floor_of(name, floors)
+        for target in sorted(targets):
+            theirs = floor_of(target, floors)
+            upward = mine is not None and theirs is not None and theirs < mine
+            if upward and (name, target) not in UPWARD:
+                assert mine is not None
+                assert theirs is not None
+                found.append(f"{name} ({floors[mine][0]}) imports {target} ({floors[theirs][0]})")
+    return found
+
+
+def test_the_map_of_the_house_matches_the_code() -> None:
+    """docs/design-notes.md opens with the map of the house: every name on it is a module
+    or package, every module is on one floor, every import goes down or sideways."""
+    text = DESIGN_NOTES.read_text()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## The house: a map"  # it opens the notes
+    floors = house_map(text)
+    known = modules()
+    listed = [name for _, names in floors for name in names]
+    assert [n for n in listed if n not in known] == []
+    assert len(listed) == len(set(listed))
+    assert [m for m in known if floor_of(m, floors) is None] == []
+    graph = {name: imports(name, path, top_level=False) for name, path in known.items()}
+    assert upward_imports(graph, floors) == []
+    for name, target in UPWARD:
+        assert target in graph[name], f"{name} no longer imports {target}: drop the exception"
+        assert f"`{name.removeprefix('deltasink.')}`" in text
+
+
+def test_the_map_rule_can_fail() -> None:
+    floors = house_map(
+        "<!-- house-map -->\n```text\ntop  sink\nlow  core errors\n```\n<!-- /house-map -->"
+    )
+    assert floors == [("top", ["deltasink.sink"]), ("low", ["deltasink.core", "deltasink.errors"])]
+    assert floor_of("deltasink.core.protocol", floors) == 1
+    assert floor_of("deltasink.stream", floors) is None
+    graph = {"deltasink.core.protocol": {"deltasink.sink", "deltasink.errors"}}
+    assert upward_imports(graph, floors) == [
+        "deltasink.core.protocol (low) imports deltasink.sink (top)"
+    ]
+
+
+def borrowed_attributes(path: Path) -> list[str]:
+    """The classes of ``path`` that declare attributes (``name: Type`` in the class body)
+    they never assign: a mixin using its host's attributes (dataclasses, protocols and
+    named tuples declare fields, which is another thing)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [ast.unparse(b) for b in node.bases]
+        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+        if decorators & {"dataclass", "dataclasses.dataclass"} or any(
+            "Protocol" in b or b in ("NamedTuple", "TypedDict") for b in bases
+        ):
+            continue
+        declared = [
+            s.target.id
+            for s in node.body
+            if isinstance(s, ast.AnnAssign) and s.value is None and isinstance(s.target, ast.Name)
+        ]
+        assigned = {
+            e.attr
+            for sub in ast.walk(node)
+            if isinstance(sub, (ast.Assign, ast.AnnAssign))
+            for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+            for e in ast.walk(target)
+            if isinstance(e, ast.Attribute)
+            and isinstance(e.value, ast.Name)
+            and e.value.id == "self"
+        }
+        missing = [d for d in declared if d not in assigned]
+        if missing:
+            found.append(f"{path.name}:{node.name} {missing}")
+    return found
+
+
+def test_no_class_uses_attributes_it_does_not_define() -> None:
+    """Parts, not mixins (issue 45): a class uses what it defines or receives, so a
+    reader can tell from its body what it may touch."""
+    found = [b for path in modules().values() for b in borrowed_attributes(path)]
+    assert found == []
+
+
+def test_the_mixin_rule_can_fail(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "class Mixin:\n    app_id: str\n    _core: object\n"
+        "    def f(self):\n        self._core = 1\n        return self.app_id\n"
+        "class Part:\n    app_id: str\n    def __init__(self):\n        self.app_id = 'a'\n"
+    )
+    assert borrowed_attributes(source) == ["probe.py:Mixin ['app_id']"]

@@ -403,3 +403,49 @@ def test_replace_reports_the_rows_it_deleted(tmp_path: Path, direct: bool) -> No
     assert (result.rows_inserted, result.rows_deleted) == (2, 2)  # a, a out; a, c in
     rows = DeltaTable(target).to_pyarrow_table().sort_by("v").to_pylist()
     assert rows == [{"d": "b", "v": 3}, {"d": "a", "v": 9}, {"d": "c", "v": 10}]
+
+
+def test_the_source_condition_is_checked_in_one_place() -> None:
+    """Both engines check ``not_matched_by_source_condition`` through
+    :func:`~deltasink.shapes.spec_rules.check_source_condition`: translated for delta-rs
+    over the target's columns on either engine, handed to the engine's resolver in its
+    dialect, and a resolver's failure becomes one named error."""
+    from deltasink import InvalidInputError
+    from deltasink.shapes.sparksql.fields import types_of
+    from deltasink.shapes.spec_rules import check_source_condition
+
+    spec = MergeSpec(
+        keys=["id"],
+        when_not_matched_by_source="delete",
+        not_matched_by_source_condition="t.region = 'EU'",
+    )
+    columns = types_of(pa.schema([("id", pa.int32()), ("region", pa.string())]))
+    seen: list[str] = []
+    for dialect in ("delta-rs", "spark"):
+        check_source_condition(spec, columns, dialect=dialect, table="/t", resolves=seen.append)
+    assert seen == [
+        spec.predicate("not_matched_by_source_condition", "delta-rs", columns),
+        spec.predicate("not_matched_by_source_condition", "spark"),
+    ]
+
+    def unresolved(sql: str) -> None:
+        raise RuntimeError("no such column")
+
+    with pytest.raises(
+        InvalidInputError, match=r"\"t.region = 'EU'\" is not a valid .* /t .*no such"
+    ):
+        check_source_condition(spec, columns, dialect="spark", table="/t", resolves=unresolved)
+    # the delta-rs translation refuses a column the target lacks, before any resolver
+    with pytest.raises(InvalidInputError):
+        check_source_condition(
+            spec,
+            types_of(pa.schema([("id", pa.int32())])),
+            dialect="spark",
+            table="/t",
+            resolves=seen.append,
+        )
+    assert len(seen) == 2
+    check_source_condition(
+        MergeSpec(keys=["id"]), {}, dialect="spark", table="/t", resolves=seen.append
+    )
+    assert len(seen) == 2

@@ -36,11 +36,11 @@ from deltasink import (
     foreach_batch_writer,
 )
 from deltasink.cli import app
-from deltasink.ops.checkpoint import read_checkpoint
 from deltasink.ops.history import ledger_table
 from deltasink.ops.origin import BatchOrigin, decode
-from deltasink.ops.placing import Decision, Held, resolve
-from deltasink.ops.resume import resume_point
+from deltasink.stream.checkpoint import read_checkpoint
+from deltasink.stream.placing import Decision, Held, resolve
+from deltasink.stream.resume import resume_point
 from tests import support
 
 APPEND = MergeSpec(mode="append")

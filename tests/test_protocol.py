@@ -1172,3 +1172,38 @@ def test_a_marker_read_from_history_is_overruled_silently(
     assert LogState.read(CommitMarks(9, 7)).committed_version == 9
     assert LogState.read(CommitMarks(None, 7, 8)).lost == LostMarker(None, 7, 8)
     assert LogState.read(CommitMarks(5, 7, 8)) == LogState(7, (), {}, LostMarker(5, 7, 8))
+
+
+class SpecParticipant(InMemoryParticipant):
+    """A participant that records the spec its versions are staged with (``recorded``)
+    and stages new ones with ``spec``."""
+
+    def __init__(self, recorded: Any, spec: Any) -> None:
+        super().__init__()
+        self.recorded, self.spec = recorded, spec
+
+    def recorded_spec(self) -> Any:
+        return self.recorded
+
+    def spec_for_new_versions(self) -> Any:
+        return self.spec
+
+
+def test_the_core_refuses_a_spec_change_while_versions_are_pending() -> None:
+    """One refusal, in the core, for every engine: a participant that reports its specs
+    (``SupportsSpecs``) is not asked to stage a version with another spec than the
+    pending ones were staged with; ``allow_missing_columns`` alone may change."""
+    from deltasink.errors import ConfigurationError
+    from deltasink.shapes.spec import MergeSpec
+
+    upsert = MergeSpec(keys=["id"])
+    participant = SpecParticipant(upsert, MergeSpec(keys=["id"], mode="insert"))
+    core = TwoPhaseCommit(participant, app_id=APP, table="/lake/t")
+    core.pre_commit([{"id": 1}], 0)  # nothing pending yet: staged
+    with pytest.raises(ConfigurationError, match=r"versions \[0\].*staged with") as caught:
+        core.pre_commit([{"id": 2}], 1)
+    assert (caught.value.table, caught.value.version) == ("/lake/t", 1)
+    assert participant.stage_calls == [0]
+    participant.spec = MergeSpec(keys=["id"], allow_missing_columns=True)
+    assert core.pre_commit([{"id": 2}], 1).state == "staged"
+    assert participant.stage_calls == [0, 1]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+from typing import Any, Generic
+
+import pytest
 
 import deltasink
 from deltasink import DeltaSink, MergeSpec, SinkStatus
@@ -91,3 +95,70 @@ def test_the_library_logger_has_a_null_handler_and_propagates() -> None:
     assert any(isinstance(h, logging.NullHandler) for h in logger.handlers)
     assert logger.propagate
     assert not any(type(h) is not logging.NullHandler for h in logger.handlers)
+
+
+def test_grouped_settings_are_the_flat_keywords(tmp_path: Any) -> None:
+    """``timeouts=``, ``audit=`` and ``store=`` are the flat keywords grouped: a sink
+    given a group resolves to the settings of one given its flat spellings (kept for one
+    release), and a group beside its own flat keywords is refused by name."""
+    from datetime import timedelta
+
+    from deltasink import AuditChecks, ConfigurationError, StoreOptions, Timeouts, checks
+
+    target = str(tmp_path / "t")
+    spec = MergeSpec(keys=["id"])
+    flat = DeltaSink(
+        target,
+        "app",
+        spec,
+        transaction_timeout=timedelta(hours=1),
+        timeout_warning_ratio=0.5,
+        checks=[checks.no_nulls("id")],
+        on_quarantine="raise",
+        check_samples=True,
+        storage_options={"timeout": "30s"},
+    )
+    grouped = DeltaSink(
+        target,
+        "app",
+        spec,
+        timeouts=Timeouts(transaction_timeout=timedelta(hours=1), warning_ratio=0.5),
+        audit=AuditChecks(
+            checks=flat.settings.audit.checks, on_quarantine="raise", check_samples=True
+        ),
+        store=StoreOptions(storage_options={"timeout": "30s"}),
+    )
+    assert grouped.settings == flat.settings
+    assert flat.settings.timeouts.timeout_s == 3600.0
+    assert flat.settings.storage_options == {"timeout": "30s"}
+    with pytest.raises(ConfigurationError, match=r"audit= and check_samples=, on_quarantine="):
+        DeltaSink(
+            target, "app", spec, audit=AuditChecks(), on_quarantine="raise", check_samples=True
+        )
+    with pytest.raises(ConfigurationError, match=r"timeouts= and transaction_timeout="):
+        DeltaSink(target, "app", spec, timeouts=Timeouts(), transaction_timeout=5)
+    with pytest.raises(ConfigurationError, match=r"store= and allow_unsafe_commits="):
+        DeltaSink(target, "app", spec, store=StoreOptions(), allow_unsafe_commits=True)
+    with pytest.raises(ConfigurationError, match=r"on_quarantine must be"):
+        AuditChecks(on_quarantine="stop")  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        grouped.settings.app_id = "other"  # type: ignore[misc]
+
+
+def test_the_sink_is_composed_of_parts_not_mixins() -> None:
+    """``DeltaSink`` inherits nothing: its stream writer and operations are members it
+    delegates to, each documented by the part's contract."""
+    from deltasink.operations import Operations
+    from deltasink.stream.writer import StreamWriter
+
+    assert DeltaSink.__mro__ == (DeltaSink, object)
+    assert StreamWriter.__mro__ == (StreamWriter, object)
+    assert Operations.__mro__ == (Operations, object)
+    assert DeltaSink.status.__doc__ == Operations.status.__doc__
+    assert DeltaSink.foreach_batch.__doc__ == StreamWriter.foreach_batch.__doc__
+    # the core holds its publishing run as a part too
+    from deltasink.core.protocol import TwoPhaseCommit
+    from deltasink.core.publishing import PublishRun
+
+    assert PublishRun not in TwoPhaseCommit.__mro__
+    assert PublishRun.__mro__ == (PublishRun, Generic, object)

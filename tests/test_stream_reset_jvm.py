@@ -239,12 +239,12 @@ def test_the_lifecycle_model_writes_the_checkpoint_spark_writes(
     """The same landing files through classic PySpark 4.2's file source and through
     ``tests/streams.py``: the same checkpoint files line by line (metadata, offsets,
     the file source's log with its compaction at batch 9, commits), the same batches
-    read back by :func:`~deltasink.ops.checkpoint.read_checkpoint`, and the micro-batch's
+    read back by :func:`~deltasink.stream.checkpoint.read_checkpoint`, and the micro-batch's
     ``_metadata.file_path`` spelled as the model's Arrow batches spell it."""
 
     from deltasink.input.files import file_rows
-    from deltasink.ops.checkpoint import read_checkpoint
     from deltasink.ops.origin import normal_path
+    from deltasink.stream.checkpoint import read_checkpoint
     from tests.streams import FileStream, Landing, micro_batch
 
     landing = Landing(tmp_path / "landing")

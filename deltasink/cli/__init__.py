@@ -58,7 +58,7 @@ from deltasink.cli.history import history, offsets
 from deltasink.cli.output import pending_table, report_dict, status_table
 from deltasink.core.committables import CommitResult, StagedVersion
 from deltasink.errors import ConfigurationError
-from deltasink.ops.status import writers_of
+from deltasink.status import writers_of
 
 __all__ = [
     "EXIT_COMMIT",

@@ -26,8 +26,8 @@ from deltasink.cli.output import report_table
 from deltasink.core.protocol import CommitReport
 from deltasink.errors import ConfigurationError, DeltaSinkError
 from deltasink.locations import is_catalog_name
-from deltasink.ops.status import require_writer
 from deltasink.sink import DeltaSink
+from deltasink.status import require_writer
 
 __all__ = [
     "EXIT_COMMIT",

@@ -10,8 +10,8 @@ from typing import Any
 from rich.table import Table
 
 from deltasink.core.committables import CommitReport, CommitResult
-from deltasink.ops.status import SinkStatus
 from deltasink.shapes.spec import MergeSpec
+from deltasink.status import SinkStatus
 
 __all__ = [
     "age",

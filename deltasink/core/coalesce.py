@@ -15,11 +15,12 @@ import pyarrow.compute as pc
 
 from deltasink.input.keys import SortOrder, edge_per_key, first_per_key, normalise_keys
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.reserved import COALESCED_VERSION_COLUMN
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["coalesce"]
 
-_VERSION = "_deltasink_coalesced_version"
+_VERSION = COALESCED_VERSION_COLUMN
 
 
 def coalesce(staged: Sequence[tuple[int, pa.Table]], spec: MergeSpec) -> pa.Table:

@@ -79,7 +79,7 @@ class Prepared:
 @dataclass(frozen=True)
 class Placement:
     """Where ``write()`` puts a batch whose version is decided from the state it read
-    (a stream's micro-batch, :mod:`deltasink.ops.placing`).
+    (a stream's micro-batch, :mod:`deltasink.stream.placing`).
 
     Attributes:
         version: The version to write.

@@ -1,15 +1,19 @@
-"""Checks every backend makes the same way: who owns a staging table, whether the
-MergeSpec may change, and, called by the core itself, the committed-version guard
-against lost txn markers (:class:`MarkGuard`, :func:`check_publish`)."""
+"""Checks every backend makes the same way: who owns a staging table and the spec new
+versions use; and, called by the core itself, whether the MergeSpec may change
+(:func:`same_spec`), the ``on_stale`` policy (:func:`stale`) and the committed-version
+guard against lost txn markers (:class:`MarkGuard`, :func:`check_publish`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Literal
 
 from deltasink.core.committables import LogState, StagedVersion
+from deltasink.core.participant import SupportsSpecs
 from deltasink.errors import (
+    AlreadyCommittedError,
     CommitError,
     ConfigurationError,
     MarkerLostError,
@@ -17,6 +21,7 @@ from deltasink.errors import (
     StagingOwnershipError,
 )
 from deltasink.locations import same_location
+from deltasink.notices import ReplayWarning, warn_caller
 from deltasink.ops.layout import FORMAT, PROP_APP, PROP_FORMAT, PROP_TARGET
 from deltasink.shapes.spec import MergeSpec
 
@@ -26,7 +31,9 @@ __all__ = [
     "check_publish",
     "claim_exhausted",
     "refuse_spec_change",
+    "same_spec",
     "spec_for_new_versions",
+    "stale",
 ]
 
 logger = logging.getLogger("deltasink")
@@ -110,7 +117,7 @@ def refuse_spec_change(
     pending: Sequence[StagedVersion],
     *,
     app_id: str,
-    table: str,
+    table: str | None,
     version: int,
 ) -> None:
     """Refuse staging with ``spec`` while versions staged with another one are pending
@@ -129,6 +136,72 @@ def refuse_spec_change(
         app_id=app_id,
         version=version,
     )
+
+
+def same_spec(
+    participant: SupportsSpecs,
+    pending: Sequence[StagedVersion],
+    *,
+    app_id: str,
+    table: str | None,
+    version: int,
+) -> None:
+    """Before the participant validates or writes ``version``: the core's one check that
+    it is staged with the spec the ``pending`` versions were staged with (read only
+    when versions are pending; a direct publish has none). As
+    :func:`refuse_spec_change`."""
+    if not pending:
+        return
+    recorded = participant.recorded_spec()
+    if recorded is not None:
+        spec = participant.spec_for_new_versions()
+        if recorded != spec:
+            refuse_spec_change(recorded, spec, pending, app_id=app_id, table=table, version=version)
+
+
+def stale(
+    version: int,
+    committed: int | None,
+    *,
+    on_stale: Literal["skip", "raise"],
+    app_id: str,
+    warn: bool = True,
+) -> None:
+    """The ``on_stale`` policy for a ``version`` the target's marker (``committed``)
+    already covers, and the :class:`~deltasink.ReplayWarning` (with ``warn``) saying
+    nothing was written.
+
+    Raises:
+        AlreadyCommittedError: ``version`` is below ``committed`` and ``on_stale`` is
+            ``"raise"``.
+    """
+    if committed is None or version >= committed:
+        # a replay of the last committed version: normal after a crash
+        logger.info("version %s of app %r is already committed; nothing written", version, app_id)
+        if warn:
+            warn_caller(
+                f"version {version} of app {app_id!r} is already committed (the "
+                "target's marker); nothing was written. A re-run after a crash is this "
+                "case. If this batch holds new rows, write it as a new version: a "
+                "version is never applied twice, whatever rows it carries.",
+                ReplayWarning,
+            )
+        return
+    message = (
+        f"version {version} of app {app_id!r} is below the committed version "
+        f"{committed}: an older batch sent again, or versions that went backwards"
+    )
+    if on_stale == "raise":
+        raise AlreadyCommittedError(
+            message + "; nothing was written.", app_id=app_id, version=version
+        )
+    logger.warning("%s; dropped without writing (on_stale='skip')", message)
+    if warn:
+        warn_caller(
+            f"{message}; nothing was written (on_stale='skip'). If this batch holds new "
+            "rows, write it as a new version above the committed one.",
+            ReplayWarning,
+        )
 
 
 def check_publish(state: LogState, version: int, *, app_id: str) -> None:

@@ -5,9 +5,12 @@ core uses when a backend has them. Engine-free."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from deltasink.core.committables import CommitResult, LogState, Prepared, StagedVersion
+
+if TYPE_CHECKING:
+    from deltasink.shapes.spec import MergeSpec
 
 __all__ = [
     "DiscardReason",
@@ -16,6 +19,7 @@ __all__ = [
     "SupportsDirectPublish",
     "SupportsFencing",
     "SupportsQuarantine",
+    "SupportsSpecs",
 ]
 
 B = TypeVar("B", contravariant=True)
@@ -76,6 +80,22 @@ class SupportsFencing(Protocol):
 
     def claim(self) -> None:
         """Take over the writer role; idempotent for the same participant object."""
+        ...
+
+
+@runtime_checkable
+class SupportsSpecs(Protocol):
+    """Optional capability: the :class:`~deltasink.shapes.spec.MergeSpec` of a writer's
+    versions. The core refuses to stage a version with another spec than the pending
+    versions were staged with (:func:`~deltasink.core.guards.refuse_spec_change`),
+    before the participant validates or writes anything."""
+
+    def recorded_spec(self) -> MergeSpec | None:
+        """The spec recorded in the staging table (the pending versions'), if any."""
+        ...
+
+    def spec_for_new_versions(self) -> MergeSpec:
+        """The spec a version staged now is staged with."""
         ...
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from deltasink.errors import SchemaMismatchError
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.reserved import VERSION_COLUMN
 from deltasink.shapes.scd2 import changes
 from deltasink.shapes.schema import align_to_target, nullable_schema
 from deltasink.shapes.spec import MergeSpec
@@ -55,7 +56,7 @@ def stuck_advice(version: int, *, app_id: str, target: str) -> str:
         "make the target take it (a missing column: add it to the target, e.g. "
         f"ALTER TABLE ... ADD COLUMNS, then run recover()), or send it again in a shape "
         f"that fits: read its rows from the staging table (version column "
-        f"_deltasink_version = {version}), then sink.abort({version}) (or `deltasink "
+        f"{VERSION_COLUMN} = {version}), then sink.abort({version}) (or `deltasink "
         f"abort {target} {version} --app {app_id}`) and sink.pre_commit(fixed_rows, "
         f"{version}). See the runbook, 'a staged version does not fit the target'."
     )

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from deltasink.core.committables import (
     MAX_VERSION,
@@ -40,7 +40,7 @@ from deltasink.core.committables import (
     check_version,
 )
 from deltasink.core.direct import audit_passes, publish_directly
-from deltasink.core.guards import MarkGuard
+from deltasink.core.guards import MarkGuard, same_spec, stale
 from deltasink.core.interrupts import Interrupted, noted_interrupt
 from deltasink.core.participant import (
     DiscardReason,
@@ -49,14 +49,14 @@ from deltasink.core.participant import (
     SupportsDirectPublish,
     SupportsFencing,
     SupportsQuarantine,
+    SupportsSpecs,
 )
-from deltasink.core.publishing import PublishRun
+from deltasink.core.publishing import Phases, PublishRun
 from deltasink.core.timeouts import Timeouts
 from deltasink.errors import (
     AlreadyCommittedError,
     InvalidVersionError,
 )
-from deltasink.notices import ReplayWarning, warn_caller
 
 __all__ = [
     "MAX_VERSION",
@@ -84,7 +84,7 @@ B = TypeVar("B")
 
 
 @dataclass
-class TwoPhaseCommit(PublishRun[B]):
+class TwoPhaseCommit(Generic[B]):
     """Flink's two-phase-commit rules over a :class:`Participant`.
 
     Args:
@@ -101,6 +101,7 @@ class TwoPhaseCommit(PublishRun[B]):
         on_stale: A version *below* the committed one (not a replay of the last
             version, which is normal after a crash): ``"skip"`` it with a warning
             (default) or ``"raise"`` :class:`AlreadyCommittedError`.
+        table: The target, named in the core's errors.
     """
 
     participant: Participant[B]
@@ -110,12 +111,28 @@ class TwoPhaseCommit(PublishRun[B]):
     coalesce: bool = True
     coalesce_max_rows: int = 2_000_000
     on_stale: Literal["skip", "raise"] = "skip"
+    table: str | None = None
     _marks: MarkGuard = field(init=False, repr=False, compare=False)
-    _phases: dict[int, dict[str, float]] = field(init=False, repr=False, compare=False)
+    _phases: Phases = field(init=False, repr=False, compare=False)
+    _publishing: PublishRun[B] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._marks = MarkGuard(self.app_id)
-        self._phases = {}
+        self._marks, self._phases = MarkGuard(self.app_id), Phases()
+        self._publishing = PublishRun(
+            self.participant,
+            app_id=self.app_id,
+            timeouts=self.timeouts,
+            clock=self.clock,
+            coalesce=self.coalesce,
+            coalesce_max_rows=self.coalesce_max_rows,
+            read=self._read,
+            phases=self._phases,
+        )
+
+    def _read(self) -> LogState:
+        """The participant's state, its committed version decided here (from the plain
+        values it read), with a warning when the staging mark overrules a lost marker."""
+        return self._marks.observe(self.participant.read_state())
 
     def state(self) -> LogState:
         """The writer's durable state (one read of the participant's logs; the committed
@@ -156,7 +173,13 @@ class TwoPhaseCommit(PublishRun[B]):
         and ``origin``. ``expected_replay``: a committed ``v`` is a source's normal
         replay (a stream's last batch), without a :class:`ReplayWarning`."""
         if state.is_committed(v):
-            self._stale(v, state.committed_version, warn=not expected_replay)
+            stale(
+                v,
+                state.committed_version,
+                on_stale=self.on_stale,
+                app_id=self.app_id,
+                warn=not expected_replay,
+            )
             return Committable(self.app_id, v, 0, None, "already_committed")
         existing = state.find(v)
         if existing is not None:
@@ -175,52 +198,21 @@ class TwoPhaseCommit(PublishRun[B]):
                 version=v,
             )
         participant = self.participant
+        if isinstance(participant, SupportsSpecs):
+            same_spec(participant, state.pending, app_id=self.app_id, table=self.table, version=v)
         if isinstance(participant, SupportsDirectPublish):
             start = time.perf_counter()
             prepared = participant.prepare(batch, v)
             if through:
                 prepared = replace(prepared, through=True, origin=origin)
-            self._spent(v, "validate", time.perf_counter() - start)
+            self._phases.add(v, "validate", time.perf_counter() - start)
             start = time.perf_counter()
             staged = participant.stage_prepared(prepared)
         else:
             start = time.perf_counter()
             staged = participant.stage(batch, v)
-        self._spent(v, "stage", time.perf_counter() - start)
+        self._phases.add(v, "stage", time.perf_counter() - start)
         return Committable(self.app_id, v, staged.rows, staged.staged_at, "staged")
-
-    def _stale(self, version: int, committed: int | None, *, warn: bool = True) -> None:
-        """The ``on_stale`` policy for a version the target's marker already covers,
-        and the :class:`ReplayWarning` (with ``warn``) saying nothing was written."""
-        if committed is None or version >= committed:
-            # a replay of the last committed version: normal after a crash
-            logger.info(
-                "version %s of app %r is already committed; nothing written", version, self.app_id
-            )
-            if warn:
-                warn_caller(
-                    f"version {version} of app {self.app_id!r} is already committed (the "
-                    "target's marker); nothing was written. A re-run after a crash is this "
-                    "case. If this batch holds new rows, write it as a new version: a "
-                    "version is never applied twice, whatever rows it carries.",
-                    ReplayWarning,
-                )
-            return
-        message = (
-            f"version {version} of app {self.app_id!r} is below the committed version "
-            f"{committed}: an older batch sent again, or versions that went backwards"
-        )
-        if self.on_stale == "raise":
-            raise AlreadyCommittedError(
-                message + "; nothing was written.", app_id=self.app_id, version=version
-            )
-        logger.warning("%s; dropped without writing (on_stale='skip')", message)
-        if warn:
-            warn_caller(
-                f"{message}; nothing was written (on_stale='skip'). If this batch holds new "
-                "rows, write it as a new version above the committed one.",
-                ReplayWarning,
-            )
 
     def commit(self, up_to: object, *, progress: Progress | None = None) -> CommitReport:
         """Phase two: publish every pending version ≤ ``up_to``, in ascending order.
@@ -238,7 +230,7 @@ class TwoPhaseCommit(PublishRun[B]):
         """
         limit = check_version(up_to, what="up_to")
         with noted_interrupt(Interrupted("commit", self.app_id, limit), self._read):
-            return self._run(limit, recovering=False, progress=progress)
+            return self._publishing.run(limit, recovering=False, progress=progress)
 
     def write(
         self,
@@ -265,7 +257,7 @@ class TwoPhaseCommit(PublishRun[B]):
         ``place``: called with that same state before anything else, returns the
         :class:`Placement` to write instead of ``batch``, ``version`` and ``origin`` (a
         stream's micro-batch mapped by the origins the writer's versions recorded,
-        :mod:`deltasink.ops.placing`); it may raise to refuse the batch, nothing written.
+        :mod:`deltasink.stream.placing`); it may raise to refuse the batch, nothing written.
         A placement that is a ``replay`` of a committed version changes nothing and is
         never a stale version.
 
@@ -303,7 +295,7 @@ class TwoPhaseCommit(PublishRun[B]):
             v, origin, batch = check_version(placement.version), placement.origin, placement.batch
             call.version = v
             if placement.replay and state.is_committed(v):
-                return self._run(v, recovering=False, progress=progress)
+                return self._publishing.run(v, recovering=False, progress=progress)
         if replays_last_only and committed is not None and v < committed:
             raise InvalidVersionError(
                 f"batch {v} is below the committed version {committed} of app {self.app_id!r}: "
@@ -321,7 +313,7 @@ class TwoPhaseCommit(PublishRun[B]):
             start = time.perf_counter()
             prepared = replace(participant.prepare(batch, v), through=True, origin=origin)
             passes = audit_passes(participant, prepared)
-            self._spent(v, "validate", time.perf_counter() - start)
+            self._phases.add(v, "validate", time.perf_counter() - start)
             if passes:
                 result = publish_directly(
                     participant,
@@ -329,19 +321,19 @@ class TwoPhaseCommit(PublishRun[B]):
                     state,
                     app_id=self.app_id,
                     clock=self.clock,
-                    phases=self._phases_of([v]),
+                    phases=self._phases.take([v]),
                 )
                 if progress is not None:
                     progress(result)
                 return CommitReport(self.app_id, (result,), v, ())
             start = time.perf_counter()
             participant.stage_prepared(prepared)  # the gate audits again, quarantines
-            self._spent(v, "stage", time.perf_counter() - start)
-            return self._run(v, recovering=False, progress=progress)
+            self._phases.add(v, "stage", time.perf_counter() - start)
+            return self._publishing.run(v, recovering=False, progress=progress)
         self._pre_commit(
             batch, v, state, through=True, origin=origin, expected_replay=replays_last_only
         )
-        return self._run(v, recovering=False, progress=progress)
+        return self._publishing.run(v, recovering=False, progress=progress)
 
     def recover(self, *, progress: Progress | None = None) -> CommitReport:
         """Publish every staged, uncommitted version (Flink's ``recoverAndCommit``).
@@ -357,7 +349,7 @@ class TwoPhaseCommit(PublishRun[B]):
         """
         if isinstance(self.participant, SupportsFencing):
             self.participant.claim()
-        return self._run(None, recovering=True, progress=progress)
+        return self._publishing.run(None, recovering=True, progress=progress)
 
     def abort(self, version: object) -> bool:
         """Drop the staged data of ``version`` without committing it.
@@ -379,7 +371,7 @@ class TwoPhaseCommit(PublishRun[B]):
                 app_id=self.app_id,
                 version=v,
             )
-        self._phases.pop(v, None)
+        self._phases.take([v])
         if state.find(v) is None:
             return False
         self.participant.discard([v], reason="aborted")

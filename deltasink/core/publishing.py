@@ -21,7 +21,7 @@ from deltasink.core.committables import (
 )
 from deltasink.core.direct import landed_despite
 from deltasink.core.gate import audit_group
-from deltasink.core.guards import MarkGuard, check_publish
+from deltasink.core.guards import check_publish
 from deltasink.core.participant import (
     Participant,
     SupportsCoalescing,
@@ -34,51 +34,77 @@ from deltasink.errors import (
     FencedError,
 )
 
-__all__ = ["PublishRun"]
+__all__ = ["Phases", "PublishRun"]
 
 logger = logging.getLogger("deltasink")
 
 B = TypeVar("B")
 
 
-class PublishRun(Generic[B]):
-    """The run behind :meth:`TwoPhaseCommit.commit` and :meth:`TwoPhaseCommit.recover`
-    (a base of :class:`~deltasink.core.protocol.TwoPhaseCommit`, which holds these
-    attributes)."""
+class Phases:
+    """Seconds spent validating and staging each version not yet published, carried
+    into the telemetry of the commit that publishes it (its own state: the core records,
+    the publishing run takes)."""
 
-    participant: Participant[B]
-    app_id: str
-    timeouts: Timeouts
-    clock: Callable[[], float]
-    coalesce: bool
-    coalesce_max_rows: int
-    _marks: MarkGuard
-    #: Seconds this object spent validating and staging each version not yet published
-    #: (carried into the telemetry of the commit that publishes it).
-    _phases: dict[int, dict[str, float]]
+    def __init__(self) -> None:
+        self._spent: dict[int, dict[str, float]] = {}
 
-    def _spent(self, version: int, phase: str, seconds: float) -> None:
+    def add(self, version: int, phase: str, seconds: float) -> None:
         """Record ``seconds`` of ``phase`` (``validate``, ``stage``) spent on ``version``."""
-        spent = self._phases.setdefault(version, {})
+        spent = self._spent.setdefault(version, {})
         spent[phase] = spent.get(phase, 0.0) + seconds
 
-    def _phases_of(self, versions: Iterable[int]) -> dict[str, float]:
-        """The validate and stage seconds recorded for ``versions`` (forgotten now)."""
+    def take(self, versions: Iterable[int]) -> dict[str, float]:
+        """The seconds recorded for ``versions``, by phase (forgotten now)."""
         total: dict[str, float] = {}
         for version in versions:
-            for phase, seconds in self._phases.pop(version, {}).items():
+            for phase, seconds in self._spent.pop(version, {}).items():
                 total[phase] = total.get(phase, 0.0) + seconds
         return total
 
-    def _read(self) -> LogState:
-        """The participant's state, its committed version decided here (from the plain
-        values it read, :class:`~deltasink.core.committables.CommitMarks`), with a
-        warning when the staging mark overrules a lost target marker."""
-        return self._marks.observe(self.participant.read_state())
 
-    def _run(
+class PublishRun(Generic[B]):
+    """The run behind :meth:`TwoPhaseCommit.commit` and :meth:`TwoPhaseCommit.recover`:
+    a part of :class:`~deltasink.core.protocol.TwoPhaseCommit`, given what it needs.
+
+    Args:
+        participant: The backend port.
+        app_id: The writer (for messages and reports).
+        timeouts: The transaction-timeout settings (warnings, abandonment).
+        clock: Seconds since the epoch.
+        coalesce: Publish runs of pending versions in one commit when the participant
+            :class:`SupportsCoalescing`.
+        coalesce_max_rows: Bound on the rows of one coalesced commit.
+        read: The writer's state with its committed version decided (the core's read).
+        phases: The seconds spent on each version before its publish.
+    """
+
+    def __init__(
+        self,
+        participant: Participant[B],
+        *,
+        app_id: str,
+        timeouts: Timeouts,
+        clock: Callable[[], float],
+        coalesce: bool,
+        coalesce_max_rows: int,
+        read: Callable[[], LogState],
+        phases: Phases,
+    ) -> None:
+        self.participant = participant
+        self.app_id = app_id
+        self.timeouts = timeouts
+        self.clock = clock
+        self.coalesce = coalesce
+        self.coalesce_max_rows = coalesce_max_rows
+        self._read = read
+        self._phases = phases
+
+    def run(
         self, limit: int | None, *, recovering: bool, progress: Progress | None = None
     ) -> CommitReport:
+        """Publish the pending versions up to ``limit`` (all: ``None``) in ascending
+        order, stopping at the first failure, then clean up; the report of it all."""
         state = self._read()
         self.timeouts.warn_if_old(self.app_id, state.pending, self.clock())
         todo = [s for s in state.pending if limit is None or s.version <= limit]
@@ -153,7 +179,7 @@ class PublishRun(Generic[B]):
             _faults.point("commit.before_publish", versions=[s.version for s in group])
             check_publish(state, group[0].version, app_id=self.app_id)
             versions = [s.version for s in group]
-            with recording(self.app_id, versions, self._phases_of(versions)) as recorder:
+            with recording(self.app_id, versions, self._phases.take(versions)) as recorder:
                 result = self.participant.publish_many(group)
             result = replace(result, telemetry=recorder.telemetry())
         except FencedError:
@@ -180,7 +206,7 @@ class PublishRun(Generic[B]):
         try:
             _faults.point("commit.before_publish", versions=[staged.version])
             check_publish(state, staged.version, app_id=self.app_id)
-            spent = self._phases_of([staged.version])
+            spent = self._phases.take([staged.version])
             with recording(self.app_id, [staged.version], spent) as recorder:
                 result = self.participant.publish(staged)
             result = replace(result, telemetry=recorder.telemetry())

@@ -14,8 +14,9 @@ from deltasink.errors import (
     InvalidInputError,
     SchemaMismatchError,
 )
+from deltasink.reserved import PREFIX
 from deltasink.shapes.sparksql.fields import types_of
-from deltasink.shapes.spec import RESERVED_PREFIX, MergeSpec
+from deltasink.shapes.spec import MergeSpec
 
 from .sql import delete_expr
 
@@ -199,10 +200,10 @@ def check_names(names: Sequence[str]) -> None:
             "case-insensitively); rename or drop them.",
             column=duplicated[0],
         )
-    reserved = [n for n in names if n.lower().startswith(RESERVED_PREFIX)]
+    reserved = [n for n in names if n.lower().startswith(PREFIX)]
     if reserved:
         raise SchemaMismatchError(
-            f"column(s) {reserved} use the prefix {RESERVED_PREFIX!r}, which deltasink "
+            f"column(s) {reserved} use the prefix {PREFIX!r}, which deltasink "
             "reserves for its own columns; rename them in the job.",
             column=reserved[0],
         )

@@ -15,7 +15,7 @@ from deltasink.errors import (
     DuplicateKeyError,
     InvalidKeyError,
 )
-from deltasink.shapes.spec import RESERVED_PREFIX
+from deltasink.reserved import column
 
 from .sql import ROW_COLUMN
 
@@ -116,7 +116,7 @@ def edge_per_key(table: pa.Table, keys: Sequence[str], *, last: bool) -> pa.Tabl
     if not all(_exact_equality(keyed.schema.field(k).type) for k in keys):
         if last:
             return first_per_key(table, keys, [])
-        position = RESERVED_PREFIX + "position"
+        position = column("position")
         indexed = table.append_column(position, pa.array(np.arange(n, dtype=np.int64)))
         return first_per_key(indexed, keys, [(position, "ascending")]).drop_columns([position])
     order = pc.sort_indices(keyed, sort_keys=[(k, "ascending") for k in keys])  # stable

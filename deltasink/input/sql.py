@@ -6,19 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from deltasink.reserved import DELETE_COLUMN, GUARD_COLUMN, ROW_COLUMN
 from deltasink.shapes.sparksql.types import SqlType
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["DELETE_COLUMN", "GUARD_COLUMN", "ROW_COLUMN", "delete_expr", "quote"]
-
-
-#: Staged boolean column: the row deletes its key (``MergeSpec.delete_when``).
-DELETE_COLUMN = "_deltasink_delete"
-#: Coalesced batches only: the sequence value a target row is compared with (see
-#: :func:`deltasink.core.coalesce.coalesce`); never written to a table.
-GUARD_COLUMN = "_deltasink_sequence_guard"
-#: A row's number in its batch, while the batch is de-duplicated or flagged.
-ROW_COLUMN = "_deltasink_row"
 
 
 def quote(name: str) -> str:

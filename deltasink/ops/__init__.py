@@ -1,2 +1,6 @@
-"""What an operator reads: the staging table's layout, the commit ledger, where a version
-came from (and a streaming checkpoint's positions), and a writer's status."""
+"""The on-disk format both engines share: the staging table's layout (its columns,
+properties and quarantine records: :mod:`~deltasink.ops.layout`), what a target commit
+records in its metadata (:mod:`~deltasink.ops.history`) and the origin a version records
+of its batch (:mod:`~deltasink.ops.origin`). The stream side that reads origins is
+:mod:`deltasink.stream`; a writer's status is :mod:`deltasink.status`.
+``checkpoint`` and ``placing`` here are old paths of :mod:`deltasink.stream` modules."""

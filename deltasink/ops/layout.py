@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from deltasink.reserved import VERSION_COLUMN
+
 __all__ = [
     "COMMITTED_SUFFIX",
     "FORMAT",
@@ -31,8 +33,6 @@ __all__ = [
     "Quarantine",
 ]
 
-#: The partition column: one partition per staged version.
-VERSION_COLUMN = "_deltasink_version"
 #: The layout's version, in :data:`PROP_FORMAT`.
 FORMAT = "1"
 PROP_FORMAT = "deltasink.format"

@@ -13,7 +13,7 @@ commit's metadata, :func:`encode`):
   id, new on every restart, so it is no identity);
 * ``batch``: the micro-batch id, and ``base``: the version of batch 0 (``version =
   base + batch``; 0 unless the query resumed after another version, see
-  :mod:`deltasink.ops.placing`), and ``resumed`` when it did;
+  :mod:`deltasink.stream.placing`), and ``resumed`` when it did;
 * ``sources``: the batch's end positions, one per source, exactly as Spark wrote them to
   ``<checkpointLocation>/offsets/<batch>`` before the batch ran (Kafka
   ``{"topic": {"partition": offset}}``, Delta ``reservoirVersion``/``index``, file
@@ -26,7 +26,7 @@ commit's metadata, :func:`encode`):
   record.
 
 The rule that maps a micro-batch to a version with these records is
-:mod:`deltasink.ops.placing`.
+:mod:`deltasink.stream.placing`.
 """
 
 from __future__ import annotations

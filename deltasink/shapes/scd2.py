@@ -33,16 +33,17 @@ import pyarrow.compute as pc
 
 from deltasink.input.keys import normalise_keys
 from deltasink.input.sql import DELETE_COLUMN
+from deltasink.reserved import column, is_reserved
 from deltasink.shapes.schema import nullable_schema
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["changes"]
 
-_SEQ = "_deltasink_seq"
-_ORIGIN = "_deltasink_origin"  # 1: the batch's event, 0: the target's
-_HAD_ROW = "_deltasink_had_row"  # the target has a row at (key, seq)
-_OLD_END = "_deltasink_old_end"
-_OLD_CURRENT = "_deltasink_old_current"
+_SEQ = column("seq")
+_ORIGIN = column("origin")  # 1: the batch's event, 0: the target's
+_HAD_ROW = column("had_row")  # the target has a row at (key, seq)
+_OLD_END = column("old_end")
+_OLD_CURRENT = column("old_current")
 
 
 def changes(current: pa.Table | None, batch: pa.Table, spec: MergeSpec) -> pa.Table:
@@ -111,7 +112,7 @@ def changes(current: pa.Table | None, batch: pa.Table, spec: MergeSpec) -> pa.Ta
         .append_column(f"{_SEQ}_end", new_end)
         .append_column(f"{_SEQ}_now", new_current)
     )
-    data_columns = [c for c in events.column_names if not c.startswith("_deltasink_")]
+    data_columns = [c for c in events.column_names if not is_reserved(c)]
     data_columns = [c for c in data_columns if c != start]
 
     def pick(mask: np.ndarray, columns: Sequence[str]) -> pa.Table:

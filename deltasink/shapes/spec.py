@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from deltasink.errors import ConfigurationError
+from deltasink.reserved import PREFIX, is_reserved
 from deltasink.shapes.predicates import Dialect, render
 from deltasink.shapes.sparksql.fields import check, session_zone, translate
 from deltasink.shapes.sparksql.types import SqlType
@@ -31,9 +32,6 @@ PredicateField = Literal[
     "delete_when", "replace_where", "target_predicate", "not_matched_by_source_condition"
 ]
 PREDICATES: tuple[PredicateField, ...] = get_args(PredicateField)
-
-#: Column-name prefix reserved for deltasink's own columns in the staging table.
-RESERVED_PREFIX = "_deltasink_"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,10 +203,9 @@ class MergeSpec:
                 raise ConfigurationError(
                     f"MergeSpec column names must be non-empty strings, got {name!r}."
                 )
-            if isinstance(name, str) and name.startswith(RESERVED_PREFIX):
+            if isinstance(name, str) and is_reserved(name):
                 raise ConfigurationError(
-                    f"Column {name!r} uses the reserved prefix {RESERVED_PREFIX!r}; "
-                    "rename it in the batch.",
+                    f"Column {name!r} uses the reserved prefix {PREFIX!r}; rename it in the batch.",
                     column=name,
                 )
         if len(set(keys)) != len(keys):

@@ -9,10 +9,10 @@ module does not import :mod:`deltasink.shapes.spec`, which imports it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, Protocol, get_args
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, get_args
 
-from deltasink.errors import ConfigurationError
+from deltasink.errors import ConfigurationError, InvalidInputError
 
 __all__ = [
     "DEFAULT_HISTORY_COLUMNS",
@@ -23,6 +23,7 @@ __all__ = [
     "check_not_matched_by_source",
     "check_partial_update",
     "check_replace",
+    "check_source_condition",
     "check_target_predicate",
     "key_names",
 ]
@@ -191,6 +192,59 @@ def check_not_matched_by_source(spec: SpecFields) -> None:
                 "MergeSpec.not_matched_by_source_condition must be a non-empty SQL "
                 "predicate over target columns qualified with t, e.g. \"t.region = 'EU'\"."
             )
+
+
+class RendersPredicates(Protocol):
+    """A spec's ``not_matched_by_source_condition`` and how it renders a predicate
+    (:meth:`~deltasink.shapes.spec.MergeSpec.predicate`)."""
+
+    @property
+    def not_matched_by_source_condition(self) -> str | None: ...
+
+    def predicate(
+        self, name: Any, dialect: Any, columns: Mapping[str, Any] | None = None
+    ) -> str | None: ...
+
+
+def check_source_condition(
+    spec: RendersPredicates,
+    columns: Mapping[str, Any],
+    *,
+    dialect: Literal["delta-rs", "spark"],
+    table: str,
+    resolves: Callable[[str], object],
+) -> None:
+    """``not_matched_by_source_condition`` resolves on the existing target, before
+    anything is written: the one check of it, which each engine makes with its own way
+    of resolving a predicate over its target (qualified with ``t``).
+
+    The condition is first translated for delta-rs over the target's ``columns`` (Spark
+    types), on either engine: a spark engine's staged versions may be published by the
+    embedded engine (``deltasink recover``), so both refuse the same constructs. Then
+    ``resolves`` is given the condition as ``dialect``'s parser reads it (the
+    translation for ``"delta-rs"``, the parse re-emitted for ``"spark"``) and raises if
+    it does not resolve. Nothing when the spec has no condition.
+
+    Raises:
+        ConfigurationError: A construct refused for these column types.
+        InvalidInputError: The condition names a column the target lacks, or does not
+            resolve there.
+    """
+    condition = spec.not_matched_by_source_condition
+    if condition is None:
+        return
+    field = "not_matched_by_source_condition"
+    translated = spec.predicate(field, "delta-rs", columns)
+    rendered = translated if dialect == "delta-rs" else spec.predicate(field, "spark")
+    assert rendered is not None
+    try:
+        resolves(rendered)
+    except Exception as exc:
+        raise InvalidInputError(
+            f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
+            f"predicate over the columns of target {table} (qualified with t): {exc}",
+            table=table,
+        ) from exc
 
 
 def check_partial_update(spec: SpecFields, keys: tuple[str, ...]) -> None:

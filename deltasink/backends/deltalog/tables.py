@@ -18,6 +18,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltasink.errors import NotADeltaTableError, StorageError
 from deltasink.failures import plain, storage_failure
 from deltasink.locations import is_local, normalize_uri
+from deltasink.reserved import attribute
 
 from .damage import checked, unreadable_log
 
@@ -31,6 +32,12 @@ __all__ = [
     "recently_latest",
     "refresh",
 ]
+
+# What this module caches on a DeltaTable it opened (plain attributes of the object).
+_LATEST_AT = attribute("latest_at")  # when it was last brought up to date (monotonic)
+_STORE = attribute("store")  # its object-store handler
+_TXNS = attribute("txns")  # txn markers read, by (log version, app id)
+_COMMITS = attribute("commits")  # commit texts read, by log version
 
 
 def _has_commits(uri: str) -> bool:
@@ -172,13 +179,13 @@ FRESH_S = 60.0
 def mark_latest(table: DeltaTable) -> None:
     """Record that ``table``'s snapshot is the latest version right now (it was just
     listed, or this process just made its commit)."""
-    setattr(table, "_deltasink_latest_at", time.monotonic())  # noqa: B010
+    setattr(table, _LATEST_AT, time.monotonic())
 
 
 def recently_latest(table: DeltaTable) -> bool:
     """Whether ``table``'s snapshot was the latest version less than :data:`FRESH_S`
     seconds ago (:func:`mark_latest`)."""
-    seen: float | None = getattr(table, "_deltasink_latest_at", None)
+    seen: float | None = getattr(table, _LATEST_AT, None)
     return seen is not None and time.monotonic() - seen < FRESH_S
 
 
@@ -196,11 +203,11 @@ def _exists(table: DeltaTable, path: str) -> bool:
 
 def _store(table: DeltaTable) -> DeltaFileSystemHandler:
     """delta-rs's object store for ``table``'s root, made once per table object."""
-    store: DeltaFileSystemHandler | None = getattr(table, "_deltasink_store", None)
+    store: DeltaFileSystemHandler | None = getattr(table, _STORE, None)
     if store is None:
         options = dict(getattr(table, "_storage_options", None) or {})
         store = DeltaFileSystemHandler(str(table.table_uri), options)
-        setattr(table, "_deltasink_store", store)  # noqa: B010
+        setattr(table, _STORE, store)
     return store
 
 
@@ -231,10 +238,10 @@ def note_commit(table: DeltaTable, base: int, markers: Mapping[str, int | None])
 
 
 def _txn_cache(table: DeltaTable) -> dict[tuple[int, str], int | None]:
-    seen: dict[tuple[int, str], int | None] | None = getattr(table, "_deltasink_txns", None)
+    seen: dict[tuple[int, str], int | None] | None = getattr(table, _TXNS, None)
     if seen is None:
         seen = {}
-        setattr(table, "_deltasink_txns", seen)  # noqa: B010 (mypy knows no such attribute)
+        setattr(table, _TXNS, seen)
     return seen
 
 
@@ -285,7 +292,7 @@ def _txn_since(
     local = is_local(uri)
     try:
         store = None if local else _store(table)
-        texts: dict[int, str] = getattr(table, "_deltasink_commits", {})
+        texts: dict[int, str] = getattr(table, _COMMITS, {})
         for n in range(base + 1, version + 1):
             if n in texts:  # read for another app's marker at this version
                 text = texts[n]
@@ -297,7 +304,7 @@ def _txn_since(
                 text = stream.read(stream.size()).decode("utf-8")
                 texts = {k: t for k, t in texts.items() if k > version - _INCREMENTAL_MAX}
                 texts[n] = text
-                setattr(table, "_deltasink_commits", texts)  # noqa: B010
+                setattr(table, _COMMITS, texts)
             if not text.strip():
                 return _UNKNOWN  # a torn commit: let delta-rs judge it
             for line in text.splitlines():

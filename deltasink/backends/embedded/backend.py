@@ -19,7 +19,7 @@ from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.checks import Check
 from deltasink.core.coalesce import coalesce
 from deltasink.core.committables import CommitMarks
-from deltasink.core.guards import refuse_spec_change, spec_for_new_versions
+from deltasink.core.guards import spec_for_new_versions
 from deltasink.core.participant import DiscardReason
 from deltasink.core.pending import schema_after
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
@@ -29,7 +29,7 @@ from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
 from .cache import StagedCache
-from .claims import Claims, foreign_intent
+from .claims import Claims
 from .features import definition_takes, refuse_timestamp_partitions
 from .fencing import Fence
 from .generated import check_generated
@@ -49,7 +49,7 @@ def _order(version: int | None) -> int:
 logger = logging.getLogger("deltasink")
 
 
-class EmbeddedBackend(SchemaFit, Claims):
+class EmbeddedBackend:
     """The embedded engine's :class:`~deltasink.backends.ports.CommitPort`: a
     :class:`~deltasink.core.participant.Participant` over delta-rs, with fencing,
     coalescing and write-audit-publish.
@@ -100,14 +100,20 @@ class EmbeddedBackend(SchemaFit, Claims):
             data=self._data,
             history=lambda limit: target_history(target, app_id, limit),
         )
-        self._epoch: int | None = None
-        self._claimed_state = False
         # The batches staged here, kept so that write() publishes the one it just
         # validated, and commit() the ones pre-committed before it, without reading them.
         self._staged = StagedCache()
-        # The highest publish intent this backend recorded.
-        self._intent: int | None = None
-        self._foreign_intent: int | None = None  # the last intent read that was not ours
+        # The writer role: the epoch claimed, the publish intent recorded.
+        self._claims = Claims(
+            app_id=app_id,
+            log=staging,
+            writer=self.writer,
+            epochs=self.epochs,
+            auditor=self._auditor,
+            spec=spec,
+            spec_for_new_versions=self.spec_for_new_versions,
+            started_over=self._started_over,
+        )
         self._state: LogState | None = None  # as read last (read_state)
         # A foreign intent settled from the target's history, and this app's newest
         # commit found there (read once per intent: it only changes by this writer).
@@ -116,8 +122,16 @@ class EmbeddedBackend(SchemaFit, Claims):
         # are published: what their stage commits recorded, kept so that publishing
         # does not read the staging history for them.
         self._origins: dict[int, str | None] = {}
-        # Schemas of staged versions read from their files' footers (not in _staged).
-        self._schemas: dict[int, pa.Schema] = {}
+        # What a batch must fit; it keeps the schemas of staged versions read from their
+        # files' footers (not in _staged).
+        self._fit = SchemaFit(
+            app_id=app_id,
+            target=self.target,
+            log=self.log,
+            staged=self._staged,
+            state=lambda: self._state if self._state is not None else self.read_state(),
+            spec_for_staged=self.spec_for_staged,
+        )
 
     # -- configuration -------------------------------------------------------------
 
@@ -138,11 +152,8 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def read_state(self) -> LogState:
         # Right after a claim (recover()), its commit is the state: see Claims.claim.
-        snap = self.log.snapshot(fresh=not self._claimed_state)
-        self._claimed_state = False
-        intent, self._foreign_intent = foreign_intent(
-            snap.intent, self._intent, self._foreign_intent
-        )
+        snap = self.log.snapshot(fresh=not self._claims.take_claimed_state())
+        intent = self._claims.foreign(snap.intent)
         marker = self.target.committed_version(self.app_id)
         mark = snap.mark
         if intent is not None and max(_order(marker), _order(mark)) < intent:
@@ -164,7 +175,16 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def refresh(self) -> None:
         self.target.forget_own_commit()
-        self._claimed_state = False
+        self._claims.take_claimed_state()
+
+    def _started_over(self) -> None:
+        """The staging table was deleted under the sink: what was kept of it goes too."""
+        self._staged.clear()
+        self._fit.forget()
+
+    def claim(self) -> None:
+        """Take over the writer role now (``recover()``): :meth:`Claims.claim`."""
+        self._claims.claim()
 
     def _committed(self) -> int | None:
         """The committed version of the state read last (the mark a publish intent
@@ -178,17 +198,7 @@ class EmbeddedBackend(SchemaFit, Claims):
 
     def prepare(self, batch: object, version: int) -> Prepared:
         spec = self.spec_for_new_versions()
-        recorded = self.log.recorded_spec(fresh=False)
-        if recorded is not None and recorded != spec:
-            refuse_spec_change(
-                recorded,
-                spec,
-                self.read_state().pending,
-                app_id=self.app_id,
-                table=self.target.uri,
-                version=version,
-            )
-        data = self._prepare(batch, spec, self._schema_before(version), version)
+        data = self._fit.prepare(batch, spec, self._fit.schema_before(version), version)
         self.target.check_writable(data.column_names)
         if self.target.table_spec is not None and not self.target.exists():
             partition_by = self.target.table_spec.partition_by or ()
@@ -207,13 +217,13 @@ class EmbeddedBackend(SchemaFit, Claims):
         version, data = prepared.version, prepared.payload
         # On the state read in this call: the stage commit, made on it, fails if anyone
         # claimed since (a metadata change), and the epoch is then checked freshly.
-        epoch = self._claim_for(prepared, fresh=False)
+        epoch = self._claims.claim_for(prepared, fresh=False)
         intent, origin = prepared.through, prepared.origin
         staged = self.writer.append(
             version, data, epoch=epoch, verified=True, intent=intent, origin=origin
         )
         if intent:
-            self._intent = version
+            self._claims.intent = version
         self._origins[version] = origin
         self._staged.put(version, data)
         return staged
@@ -237,15 +247,15 @@ class EmbeddedBackend(SchemaFit, Claims):
         recorded outcome landed is read from the target's history when its marker
         cannot tell (:meth:`read_state`)."""
         version = prepared.version
-        epoch = self._claim_for(prepared, fresh=False)
-        self._announce(version, epoch=epoch, mark=self._committed())
+        epoch = self._claims.claim_for(prepared, fresh=False)
+        self._claims.announce(version, epoch=epoch, mark=self._committed())
         result = self.target.apply(
             prepared.payload,
             spec=self.spec_for_new_versions(),
             app_id=self.app_id,
             version=version,
             metadata=self._metadata(version, prepared.rows, origin=prepared.origin),
-            before_attempt=self._fence,
+            before_attempt=self._claims.fence,
         )
         self._staged.drop([version])
         return result
@@ -280,14 +290,14 @@ class EmbeddedBackend(SchemaFit, Claims):
             app_id=self.app_id,
             check=True,
         )
-        self._announce(staged.version, mark=self._committed())
+        self._claims.announce(staged.version, mark=self._committed())
         result = self.target.apply(
             data,
             spec=spec,
             app_id=self.app_id,
             version=staged.version,
             metadata=self._metadata(staged.version, staged.rows, staged=True),
-            before_attempt=self._fence,
+            before_attempt=self._claims.fence,
         )
         self._staged.drop([staged.version])
         self._origins.pop(staged.version, None)
@@ -297,7 +307,7 @@ class EmbeddedBackend(SchemaFit, Claims):
         return self.spec_for_staged().coalescable
 
     def publish_many(self, staged: Sequence[StagedVersion]) -> CommitResult:
-        self._announce(staged[-1].version, mark=self._committed())
+        self._claims.announce(staged[-1].version, mark=self._committed())
         spec = self.spec_for_staged()
         cached = {s.version: t for s in staged if (t := self._staged.get(s.version)) is not None}
         missing = [s.version for s in staged if s.version not in cached]
@@ -335,7 +345,7 @@ class EmbeddedBackend(SchemaFit, Claims):
                 sum(s.rows for s in staged),
                 origin=combine([self.staged_origin(s.version) for s in staged]),
             ),
-            before_attempt=self._fence,
+            before_attempt=self._claims.fence,
         )
         self._staged.drop(s.version for s in staged)
         for s in staged:
@@ -347,9 +357,11 @@ class EmbeddedBackend(SchemaFit, Claims):
         for version in versions:
             self._origins.pop(version, None)
         for version in versions:
-            self._schemas.pop(version, None)
+            self._fit.forget([version])
         # The epoch on the state read in this call (the drop commit fails on a claim since)
-        self.writer.drop(versions, reason=reason, epoch=self._fence(fresh=False), verified=True)
+        self.writer.drop(
+            versions, reason=reason, epoch=self._claims.fence(fresh=False), verified=True
+        )
 
     # -- status ---------------------------------------------------------------------
 
@@ -370,16 +382,18 @@ class EmbeddedBackend(SchemaFit, Claims):
         return self._auditor.audit(staged)
 
     def quarantine(self, version: int, reason: str) -> None:
-        self.writer.set_quarantine(version, reason, epoch=self._fence())
+        self.writer.set_quarantine(version, reason, epoch=self._claims.fence())
 
     def restage(self, batch: object, version: int) -> StagedVersion:
-        data = self._prepare(batch, self.spec_for_staged(), self._schema_before(version), version)
+        data = self._fit.prepare(
+            batch, self.spec_for_staged(), self._fit.schema_before(version), version
+        )
         self._auditor.validate(data)
-        epoch = self._fence(data.schema)
+        epoch = self._claims.fence(data.schema)
         assert epoch is not None
         self._staged.drop([version])  # whatever happens next, never the old rows
         self._origins.pop(version, None)
-        self._schemas.pop(version, None)
+        self._fit.forget([version])
         staged = self.writer.replace(version, data, epoch=epoch)
         self._origins[version] = None  # a restage commit records no origin
         self._staged.put(version, data)

@@ -5,7 +5,7 @@ started over), and the publish intent recorded before a target commit."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -14,7 +14,6 @@ from deltasink.core.protocol import Prepared
 from deltasink.shapes.spec import MergeSpec
 
 from .audit import Auditor
-from .cache import StagedCache
 from .fencing import Fence
 from .stage import StagingWriter
 
@@ -37,24 +36,60 @@ def foreign_intent(
 
 
 class Claims:
-    """A base of :class:`EmbeddedBackend` (whose attributes these methods use)."""
+    """The writer role of one embedded backend: a part of :class:`EmbeddedBackend` that
+    owns the epoch it claimed, the publish intent it recorded, and whether the staging
+    state held is the one its last claim committed.
 
-    app_id: str
-    log: StagingLog
-    writer: StagingWriter
-    epochs: Fence
-    _auditor: Auditor
-    _spec: MergeSpec | None
-    _staged: StagedCache
-    _schemas: dict[int, pa.Schema]
-    _epoch: int | None
-    _intent: int | None
-    #: The staging state held is the one a claim just committed (see :meth:`claim`).
-    _claimed_state: bool
+    Args:
+        app_id: The writer (for messages).
+        log: The staging log.
+        writer: The staging table's writer (spec, checks and intents recorded).
+        epochs: The epoch claims and checks on the staging table.
+        auditor: The writer's checks (recorded with new versions).
+        spec: The spec the sink was given (``None``: the recorded one).
+        spec_for_new_versions: The spec new versions are staged with.
+        started_over: Called when the staging table was deleted under the sink (what
+            the backend kept of staged versions is gone with it).
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        log: StagingLog,
+        writer: StagingWriter,
+        epochs: Fence,
+        auditor: Auditor,
+        spec: MergeSpec | None,
+        spec_for_new_versions: Callable[[], MergeSpec],
+        started_over: Callable[[], None],
+    ) -> None:
+        self.app_id = app_id
+        self.log = log
+        self.writer = writer
+        self.epochs = epochs
+        self._auditor = auditor
+        self._spec = spec
+        self._spec_for_new_versions = spec_for_new_versions
+        self._started_over = started_over
+        self._epoch: int | None = None
+        #: The highest publish intent this writer recorded.
+        self.intent: int | None = None
+        #: The staging state held is the one a claim just committed (see :meth:`claim`).
+        self._claimed_state = False
+        self._foreign: int | None = None  # the last intent read that was not ours
 
-        def spec_for_new_versions(self) -> MergeSpec: ...
+    def foreign(self, read: int | None) -> int | None:
+        """The publish intent ``read`` from the staging log that can make staged
+        versions ambiguous (:func:`foreign_intent`: not this writer's own)."""
+        intent, self._foreign = foreign_intent(read, self.intent, self._foreign)
+        return intent
+
+    def take_claimed_state(self) -> bool:
+        """Whether the staging state held is the one the last claim committed (so the
+        next read may use it without reading the log); forgotten once asked."""
+        claimed, self._claimed_state = self._claimed_state, False
+        return claimed
 
     @property
     def epoch(self) -> int | None:
@@ -73,10 +108,10 @@ class Claims:
         preceded by one), and no other writer's commit after it can stage or publish
         a version of this app."""
         held = self._epoch
-        self._fence()
+        self.fence()
         self._claimed_state = held is None and self._epoch is not None
 
-    def _fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
+    def fence(self, schema: pa.Schema | None = None, *, fresh: bool = True) -> int | None:
         """Claim an epoch on first use, verify it afterwards: one read of the staging
         log (none with ``fresh=False``: verified on the state read last, for a caller
         whose next step is a staging commit, see :meth:`Fence.check`). ``None``: no
@@ -96,20 +131,19 @@ class Claims:
                 self.log.uri,
             )
             self._epoch = None
-            self._staged.clear()
-            self._schemas.clear()
+            self._started_over()
         spec = self._spec or self.log.recorded_spec()
         self._epoch = self.epochs.claim(schema, spec) if spec is not None else None
         return self._epoch
 
-    def _claim_for(self, prepared: Prepared, *, fresh: bool = True) -> int:
+    def claim_for(self, prepared: Prepared, *, fresh: bool = True) -> int:
         """Claim (or verify, on the state read last unless ``fresh``) the epoch and
         record the spec and checks new versions carry; creates the staging table on
         first use."""
         data: pa.Table = prepared.payload
-        epoch = self._fence(data.schema, fresh=fresh)
+        epoch = self.fence(data.schema, fresh=fresh)
         assert epoch is not None
-        spec = self.spec_for_new_versions()
+        spec = self._spec_for_new_versions()
         recorded = self.log.recorded_spec(fresh=False)
         if recorded is not None and recorded != spec:
             self.writer.record_spec(spec)
@@ -118,7 +152,7 @@ class Claims:
             self.writer.record_checks(self._auditor.encoded())
         return epoch
 
-    def _announce(self, version: int, *, epoch: int | None = None, mark: int | None = None) -> None:
+    def announce(self, version: int, *, epoch: int | None = None, mark: int | None = None) -> None:
         """Record the publish intent for ``version`` unless already recorded (the stage
         commit of ``write()`` carries it; other paths pay one staging commit).
 
@@ -127,10 +161,10 @@ class Claims:
         that state; a claim since then fails it, and the epoch is then checked freshly
         (:meth:`~.stage.StagingWriter.record_intent`). ``mark``: the committed version
         to record in the same commit (a direct publish's)."""
-        if self._intent is not None and self._intent >= version:
+        if self.intent is not None and self.intent >= version:
             return
         if epoch is None:
-            epoch = self._fence(fresh=False)
+            epoch = self.fence(fresh=False)
         if epoch is not None:
             self.writer.record_intent(version, epoch=epoch, verified=True, mark=mark)
-            self._intent = version
+            self.intent = version

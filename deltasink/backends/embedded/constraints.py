@@ -26,6 +26,7 @@ from deltasink.errors import (
     UnsupportedTableFeatureError,
 )
 from deltasink.input.sql import DELETE_COLUMN
+from deltasink.reserved import is_reserved
 from deltasink.shapes.constraints import Constraint, constraints_of, judged, violation
 from deltasink.shapes.sparksql.fields import translate, types_of
 from deltasink.shapes.spec import MergeSpec
@@ -76,7 +77,7 @@ class ConstraintJudge:
         if versions and all(self._judged.get(v) == key for v in versions):
             return
         schema = arrow_schema(table)
-        columns = [c for c in data.column_names if not c.startswith("_deltasink_")]
+        columns = [c for c in data.column_names if not is_reserved(c)]
         generated = plan(table, self.uri)
         chosen = judged(
             constraints,
@@ -161,7 +162,7 @@ def _written_rows(
     computes it (:mod:`.generated`), null for another target column it lacks."""
     if DELETE_COLUMN in data.column_names:
         data = data.filter(pc.invert(data.column(DELETE_COLUMN)))  # never null
-    data = data.drop_columns([c for c in data.column_names if c.startswith("_deltasink_")])
+    data = data.drop_columns([c for c in data.column_names if is_reserved(c)])
     wanted = set().union(*(c.columns for c in constraints)) if constraints else set()
     needed = [g for g in generated if g.name.lower() in wanted]
     if needed and data.num_rows:

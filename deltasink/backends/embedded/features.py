@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 
 from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.errors import SchemaMismatchError, UnsupportedTableFeatureError
+from deltasink.reserved import is_reserved
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
 
@@ -135,7 +136,7 @@ def without_evolution(table: DeltaTable, data: pa.Table, spec: MergeSpec, uri: s
         return spec
     if table.metadata().configuration.get("delta.columnMapping.mode", "none") == "none":
         return spec
-    values = data.drop_columns([c for c in data.column_names if c.startswith("_deltasink_")])
+    values = data.drop_columns([c for c in data.column_names if is_reserved(c)])
     try:
         align_to_target(values, arrow_schema(table), evolve=False, table=uri)
     except SchemaMismatchError as exc:

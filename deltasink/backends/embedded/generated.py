@@ -34,6 +34,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.errors import ConfigurationError, InvalidInputError, UnsupportedTableFeatureError
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
+from deltasink.reserved import ROW_COLUMN
 from deltasink.shapes.computed import computed_columns, parse_expression
 from deltasink.shapes.sparksql import DELTA_RS, Refusal, Scope, of_arrow
 from deltasink.shapes.sparksql.fields import types_of
@@ -46,7 +47,7 @@ __all__ = ["Generated", "check_batch", "check_generated", "check_rewritable", "f
 _UPDATING = ("upsert", "scd2")
 #: Modes whose commit writes no existing row again (delta-rs appends new files only).
 _APPENDING = ("append", "insert")
-_ROW = "__deltasink_row"
+_ROW = "_" + ROW_COLUMN
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from deltasink.backends.deltalog.target import TargetLog
 from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
-from deltasink.errors import CommitError, ConfigurationError, InvalidInputError
+from deltasink.errors import CommitError, ConfigurationError
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
@@ -32,6 +32,7 @@ from deltasink.shapes.partitions import string_partitions
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.spec_rules import check_source_condition
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
 from .compaction import auto_compact, compact_after_commit
@@ -149,18 +150,18 @@ class TargetWriter(TargetLog):
         table = self.open(fresh=False)
         if table is None:  # the first version creates the target: nothing to delete
             return
-        rendered = spec.predicate(
-            "not_matched_by_source_condition", "delta-rs", types_of(arrow_schema(table))
+        check_source_condition(
+            spec,
+            types_of(arrow_schema(table)),
+            dialect="delta-rs",
+            table=self.uri,
+            resolves=lambda sql: (
+                QueryBuilder()
+                .register(TARGET, table)
+                .execute(f"SELECT 1 FROM {TARGET} WHERE {sql} LIMIT 0")
+                .read_all()
+            ),
         )
-        try:
-            query = f"SELECT 1 FROM {TARGET} WHERE {rendered} LIMIT 0"
-            QueryBuilder().register(TARGET, table).execute(query).read_all()
-        except Exception as exc:
-            raise InvalidInputError(
-                f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
-                f"predicate over the columns of target {self.uri} (qualified with t): {exc}",
-                table=self.uri,
-            ) from exc
         self._condition_checked = condition
 
     def apply(

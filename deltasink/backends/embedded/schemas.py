@@ -4,7 +4,7 @@ collected and validated against it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
@@ -25,27 +25,49 @@ __all__ = ["SchemaFit"]
 
 
 class SchemaFit:
-    """A base of :class:`EmbeddedBackend` (whose attributes these methods use)."""
+    """What a batch must fit on the embedded engine: a part of :class:`EmbeddedBackend`,
+    which owns the schemas of staged versions read from their files' footers (those not
+    in the staged cache).
 
-    app_id: str
-    target: TargetWriter
-    log: StagingLog
-    _staged: StagedCache
-    _schemas: dict[int, pa.Schema]
-    _state: LogState | None
+    Args:
+        app_id: The writer (for messages).
+        target: The target's writer (its schema, generated columns, blank partitions).
+        log: The staging log (the schemas of staged versions).
+        staged: The batches staged in this process.
+        state: The writer's state as read last (read now when there is none).
+        spec_for_staged: The spec staged versions are committed with.
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        target: TargetWriter,
+        log: StagingLog,
+        staged: StagedCache,
+        state: Callable[[], LogState],
+        spec_for_staged: Callable[[], MergeSpec],
+    ) -> None:
+        self.app_id = app_id
+        self.target = target
+        self.log = log
+        self._staged = staged
+        self._state = state
+        self._spec_for_staged = spec_for_staged
+        self._schemas: dict[int, pa.Schema] = {}
 
-        def read_state(self) -> LogState: ...
-
-        def spec_for_staged(self) -> MergeSpec: ...
+    def forget(self, versions: Iterable[int] | None = None) -> None:
+        """Drop what was read of ``versions``' schemas (all: ``None``)."""
+        if versions is None:
+            self._schemas.clear()
+        for version in versions or ():
+            self._schemas.pop(version, None)
 
     def _pending_before(self, version: int) -> list[int]:
         """The versions pending before ``version``, on the state read last."""
-        state = self._state if self._state is not None else self.read_state()
-        return state.pending_before(version)
+        return self._state().pending_before(version)
 
-    def _schema_before(self, version: int) -> pa.Schema | None:
+    def schema_before(self, version: int) -> pa.Schema | None:
         """The schema the target will have when ``version`` is published: the target's,
         after the versions pending before it (on the state read last; the caller, the
         core, has just read it). Accepted means publishable: a batch is checked
@@ -68,7 +90,7 @@ class SchemaFit:
         return schema_after(
             target,
             [(v, kept[v]) for v in before if v in kept],
-            self.spec_for_staged(),
+            self._spec_for_staged(),
             table=self.target.uri,
             app_id=self.app_id,
             check=True,
@@ -83,9 +105,16 @@ class SchemaFit:
             c.name for c in computed_columns((f.name, f.metadata) for f in table.schema().fields)
         )
 
-    def _prepare(
+    def prepare(
         self, batch: object, spec: MergeSpec, expected: pa.Schema | None, version: int
     ) -> pa.Table:
+        """``batch`` collected to Arrow and validated against ``expected`` (the schema
+        the target will have, :meth:`schema_before`) for ``spec``.
+
+        Raises:
+            InvalidInputError: The batch does not fit (named by what the versions
+                pending before it make of the target).
+        """
         collected = collect(batch, spec, to_arrow=engine_arrow)
         try:
             blank = self.target.blank(collected.schema if expected is None else expected)

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from deltasink.input.arrow import spark_arrow, spark_arrow_schema
-from deltasink.shapes.spec import RESERVED_PREFIX
+from deltasink.reserved import column
 
 from .sail import serves
 
@@ -51,7 +51,7 @@ _READ_FORMAT = ds.ParquetFileFormat(
 
 #: The row-order column added when the caller needs the DataFrame's order: the
 #: engine's writers do not keep it across files.
-_ORDER = RESERVED_PREFIX + "order"
+_ORDER = column("order")
 
 
 def engine_arrow(df: Any, ordered: bool) -> pa.Table:

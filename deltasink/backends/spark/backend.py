@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from deltasink import _faults
 from deltasink.checks import Check, StagedBatch, needs_validation, run_checks, validate_on
 from deltasink.core.direct import record_mark_softly
-from deltasink.core.guards import refuse_spec_change, spec_for_new_versions
+from deltasink.core.guards import spec_for_new_versions
 from deltasink.core.participant import DiscardReason
 from deltasink.core.protocol import CommitResult, LogState, Prepared, StagedVersion
 from deltasink.errors import CommitError
@@ -40,7 +40,7 @@ from .validate import (
 __all__ = ["SparkBackend"]
 
 
-class SparkBackend(SchemaFit):
+class SparkBackend:
     """:class:`~deltasink.core.protocol.Participant` whose Delta commits are made by Spark
     (with fencing, coalescing, write-audit-publish and direct publish).
 
@@ -112,6 +112,17 @@ class SparkBackend(SchemaFit):
         self._staging_writer = StagingWriter(self._sql, self._logs, self._fence, self.tables)
         self._target_writer = TargetWriter(
             self._sql, self._logs, self._fence, self.tables, max_attempts=max_attempts, table=table
+        )
+        self._fit = SchemaFit(
+            app_id=app_id,
+            target=target,
+            staging_ref=self.staging_ref,
+            sql=self._sql,
+            logs=self._logs,
+            target_writer=self._target_writer,
+            state=lambda: self._state if self._state is not None else self.read_state(),
+            spec_for_staged=self.spec_for_staged,
+            validate_checks=self._validate_checks,
         )
 
     def maintenance(self) -> SparkMaintenance:
@@ -195,17 +206,7 @@ class SparkBackend(SchemaFit):
         """Validate ``batch`` for ``version`` on Spark without writing anything (the
         frame stays lazy); the named errors of :meth:`stage`."""
         spec = self.spec_for_new_versions()
-        recorded = self.recorded_spec()
-        if recorded is not None and recorded != spec:
-            refuse_spec_change(
-                recorded,
-                spec,
-                self.read_state().pending,
-                app_id=self.app_id,
-                table=self.target,
-                version=version,
-            )
-        prepared = self._prepare(batch, spec, version)
+        prepared = self._fit.prepare(batch, spec, version)
         return Prepared(version, prepared.rows, prepared)
 
     def _claim_for(self, prepared: PreparedFrame) -> int:
@@ -280,7 +281,7 @@ class SparkBackend(SchemaFit):
         self._fence.fence()
         spec = self.spec_for_staged()
         columns = self._logs.columns(staged.version)
-        self._check_fits([staged.version])
+        self._fit.check_fits([staged.version])
         origin = self.staged_origin(staged.version)
         result = self._target_writer.apply(
             [staged.version], columns, spec, staged.rows, origin=origin
@@ -316,7 +317,7 @@ class SparkBackend(SchemaFit):
                 table=self.target,
                 app_id=self.app_id,
             )
-        self._check_fits(versions)
+        self._fit.check_fits(versions)
         rows = sum(s.rows for s in staged)
         origin = combine([self.staged_origin(v) for v in versions])
         result = self._target_writer.apply(versions, columns.pop(), spec, rows, origin=origin)
@@ -379,7 +380,7 @@ class SparkBackend(SchemaFit):
         """Replace the staged data of quarantined ``version`` in one commit
         (``replaceWhere`` on its partition), lifting the quarantine first (after a crash
         in between, the old data is audited, and quarantined, again)."""
-        prepared = self._prepare(batch, self.spec_for_staged(), version)
+        prepared = self._fit.prepare(batch, self.spec_for_staged(), version)
         self._fence.fence()
         self._origins.pop(version, None)
         self._staging_writer.lift_quarantine([version])

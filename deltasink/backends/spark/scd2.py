@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from deltasink.input.sql import DELETE_COLUMN, quote
+from deltasink.reserved import column
 from deltasink.shapes.merge import compile_merge
 from deltasink.shapes.spec import MergeSpec
 
@@ -31,16 +32,19 @@ from .tables import ddl_type
 __all__ = ["history_changes", "history_merge_sql"]
 
 # Scratch columns of the rebuild (never written).
-_SEQ = "_deltasink_seq"  # the event's sequence
-_DEL = "_deltasink_del"  # the event is a delete
-_ORIGIN = "_deltasink_origin"  # 1: the batch's event, 0: the target's
-_RANK = "_deltasink_kind"  # among the events of one key and sequence: 0 batch, 1 row, 2 end
-_HAD = "_deltasink_had_row"  # a target row starts at (key, sequence)
-_OLD_END = "_deltasink_old_end"  # the target row's valid_to
-_OLD_NOW = "_deltasink_old_current"  # the target row's is_current
-_END = "_deltasink_end"  # the event's new valid_to
-_NOW = "_deltasink_now"  # the event's new is_current
-_OUT = "_deltasink_out"  # u: upsert row, t: tombstone row, r: a target row to remove
+_SEQ = column("seq")  # the event's sequence
+_DEL = column("del")  # the event is a delete
+_ORIGIN = column("origin")  # 1: the batch's event, 0: the target's
+_RANK = column("kind")  # among the events of one key and sequence: 0 batch, 1 row, 2 end
+_HAD = column("had_row")  # a target row starts at (key, sequence)
+_OLD_END = column("old_end")  # the target row's valid_to
+_OLD_NOW = column("old_current")  # the target row's is_current
+_END = column("end")  # the event's new valid_to
+_NOW = column("now")  # the event's new is_current
+_OUT = column("out")  # u: upsert row, t: tombstone row, r: a target row to remove
+_FIRST = column("first")  # the first event of its key and sequence
+_HAD_ANY = column("had")  # some event of its key and sequence had a target row
+_TOMB = column("tombstone")  # the event ends its key's history
 
 
 def history_changes(
@@ -129,7 +133,7 @@ def _target_events(
     )
     begins, ends = f"CAST({quote(start)} AS {seq})", f"CAST({quote(end)} AS {seq})"
     tombstone = f"coalesce({begins} = {ends}, false)"
-    marker = "_deltasink_marker"  # false: the row's event; true: its valid_to's
+    marker = column("marker")  # false: the row's event; true: its valid_to's
     row = f"NOT {marker} AND NOT {tombstone}"
     present = set(target.columns)
     data = []
@@ -169,24 +173,24 @@ def _rebuilt(
     first = f"(row_number() OVER ({ranked}) = 1 OR NOT (lag({_SEQ}) OVER ({ranked}) <=> {_SEQ}))"
     peers = f"{ordered} RANGE BETWEEN CURRENT ROW AND CURRENT ROW"
     one = events.selectExpr(
-        "*", f"{first} AS _deltasink_first", f"bool_or({_HAD}) OVER ({peers}) AS _deltasink_had"
-    ).where("_deltasink_first")
+        "*", f"{first} AS {_FIRST}", f"bool_or({_HAD}) OVER ({peers}) AS {_HAD_ANY}"
+    ).where(_FIRST)
     tombstone = f"({_DEL} AND coalesce(lag({_DEL}) OVER ({ordered}), true))"
     stepped = one.selectExpr(
         "*",
-        f"{tombstone} AS _deltasink_tombstone",
+        f"{tombstone} AS {_TOMB}",
         f"CASE WHEN {tombstone} THEN {_SEQ} ELSE lead({_SEQ}) OVER ({ordered}) END AS {_END}",
         f"NOT {_DEL} AND lead(true) OVER ({ordered}) IS NULL AS {_NOW}",
     )
-    has_row = f"(NOT {_DEL} OR _deltasink_tombstone)"
+    has_row = f"(NOT {_DEL} OR {_TOMB})"
     unchanged = (
         f"({has_row} AND {_ORIGIN} = 0 AND {_END} <=> {_OLD_END} "
         f"AND coalesce({_NOW} = {_OLD_NOW}, false))"
     )
     kind = (
         f"CASE WHEN NOT {_DEL} AND NOT {unchanged} THEN 'u' "
-        f"WHEN _deltasink_tombstone AND NOT {unchanged} THEN 't' "
-        f"WHEN NOT {has_row} AND _deltasink_had THEN 'r' END"
+        f"WHEN {_TOMB} AND NOT {unchanged} THEN 't' "
+        f"WHEN NOT {has_row} AND {_HAD_ANY} THEN 'r' END"
     )
     kept = f"CASE WHEN {_OUT} <> 'r' THEN {_END} END"
     out = []

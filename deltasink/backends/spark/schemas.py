@@ -4,8 +4,8 @@ validated against it, and staged versions checked before a publish."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -36,29 +36,55 @@ __all__ = ["SchemaFit"]
 
 
 class SchemaFit:
-    """A base of :class:`SparkBackend` (whose attributes these methods use)."""
+    """What a batch must fit on the spark engine: a part of :class:`SparkBackend`.
 
-    app_id: str
-    target: str
-    staging_ref: str
-    _sql: SparkSql
-    _logs: SparkLogs
-    _target_writer: TargetWriter
-    _state: LogState | None
+    Args:
+        app_id: The writer (for messages).
+        target: The target (for messages).
+        staging_ref: The staging table as Spark SQL names it.
+        sql: The engine's session.
+        logs: Its reads of both logs.
+        target_writer: The target's writer (its definition, its tables).
+        state: The writer's state as read last (read now when there is none).
+        spec_for_staged: The spec staged versions are committed with.
+        validate_checks: Validates the writer's checks on a prepared batch.
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        target: str,
+        staging_ref: str,
+        sql: SparkSql,
+        logs: SparkLogs,
+        target_writer: TargetWriter,
+        state: Callable[[], LogState],
+        spec_for_staged: Callable[[], MergeSpec],
+        validate_checks: Callable[[PreparedFrame], None],
+    ) -> None:
+        self.app_id = app_id
+        self.target = target
+        self.staging_ref = staging_ref
+        self._sql = sql
+        self._logs = logs
+        self._target_writer = target_writer
+        self._state = state
+        self._spec_for_staged = spec_for_staged
+        self._validate_checks = validate_checks
 
-        def read_state(self) -> LogState: ...
+    def prepare(self, batch: object, spec: MergeSpec, version: int) -> PreparedFrame:
+        """``batch`` validated on Spark for ``spec`` against the schema the target will
+        have when ``version`` is published (lazy: nothing runs but analysis).
 
-        def spec_for_staged(self) -> MergeSpec: ...
-
-        def _validate_checks(self, prepared: PreparedFrame) -> None: ...
-
-    def _prepare(self, batch: object, spec: MergeSpec, version: int) -> PreparedFrame:
+        Raises:
+            InvalidInputError: The batch does not fit.
+            ConfigurationError: A check that cannot work on it.
+        """
         df = as_dataframe(batch, self._sql)
         self._sql.session(df)
         target = self._logs.target_frame()
-        expected = self._expected(version, target)
+        expected = self.expected(version, target)
         computed = computed_of(self._sql.session(), self._target_writer.tables, target)
         try:
             prepared = prepare_frame(
@@ -111,7 +137,7 @@ class SchemaFit:
         schema = spark_empty(df).schema
         return tuple(k for k in blank_columns(schema, table.partition_by) if k in spec.keys)
 
-    def _expected(self, version: int, target: Any | None) -> Expected | None:
+    def expected(self, version: int, target: Any | None) -> Expected | None:
         """The schema the target will have when ``version`` is published, when versions
         are pending before it (on the state read last; the caller, the core, has just
         read it); ``None``: none are, the target's own schema applies. Accepted means
@@ -120,8 +146,7 @@ class SchemaFit:
         Raises:
             SchemaMismatchError: A pending version before it does not fit (stuck).
         """
-        state = self._state if self._state is not None else self.read_state()
-        before = state.pending_before(version)
+        before = self._state().pending_before(version)
         if not before:
             return None
         staging = self._sql.session().sql(f"SELECT * FROM {self.staging_ref} LIMIT 0")
@@ -147,13 +172,13 @@ class SchemaFit:
         return schema_after(
             None if target is None else spark_empty(target).schema,
             staged,
-            self.spec_for_staged(),
+            self._spec_for_staged(),
             table=self.target,
             app_id=self.app_id,
             check=True,
         )
 
-    def _check_fits(self, versions: Sequence[int]) -> None:
+    def check_fits(self, versions: Sequence[int]) -> None:
         """Before a publish: the staged ``versions`` fit the target one after the other,
         by the check ``pre_commit`` makes (a version staged by an earlier release may
         not), so the error names the way out. Costs nothing beyond two schema reads

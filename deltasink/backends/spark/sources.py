@@ -9,10 +9,9 @@ from collections.abc import Sequence
 
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.ops.layout import VERSION_COLUMN
+from deltasink.reserved import RANK_COLUMN, column
 from deltasink.shapes.merge import compile_merge
 from deltasink.shapes.spec import MergeSpec
-
-from .tables import RANK_COLUMN
 
 __all__ = ["guarded", "merge_sql", "source_sql"]
 
@@ -58,6 +57,9 @@ def source_sql(
     return f"SELECT {', '.join(cols)} FROM ({ranked}) WHERE {quote(RANK_COLUMN)} = 1"
 
 
+_LATER = quote(column("later"))  # a row's highest sequence in later versions
+
+
 def _folded_sql(staging_ref: str, where: str, cols: Sequence[str], partition: str, seq: str) -> str:
     """:func:`deltasink.core.coalesce.coalesce`'s fold for ``sequence_by`` with deletes, in SQL:
     the *records* of a key are its rows whose sequence is above every later version's;
@@ -70,11 +72,9 @@ def _folded_sql(staging_ref: str, where: str, cols: Sequence[str], partition: st
     )
     scored = (
         f"SELECT *, max({seq}) OVER (PARTITION BY {partition}) AS {quote(GUARD_COLUMN)}, "
-        f"{later} AS `_deltasink_later` FROM {staging_ref} WHERE {where}"
+        f"{later} AS {_LATER} FROM {staging_ref} WHERE {where}"
     )
-    records = (
-        f"SELECT * FROM ({scored}) WHERE `_deltasink_later` IS NULL OR {seq} > `_deltasink_later`"
-    )
+    records = f"SELECT * FROM ({scored}) WHERE {_LATER} IS NULL OR {seq} > {_LATER}"
     ranked = (
         f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY "
         f"CASE WHEN coalesce({delete}, false) THEN 1 ELSE 0 END, {version}) "

@@ -14,7 +14,6 @@ from deltasink.input.sql import quote
 from deltasink.locations import is_catalog_name
 
 __all__ = [
-    "RANK_COLUMN",
     "Tables",
     "ddl_columns",
     "ddl_type",
@@ -26,7 +25,6 @@ __all__ = [
 ]
 
 #: Scratch column of deltasink's window queries (never written).
-RANK_COLUMN = "_deltasink_rank"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from deltasink.errors import (
     DuplicateKeyError,
-    InvalidInputError,
     KeyColumnError,
     SchemaMismatchError,
 )
@@ -23,12 +22,14 @@ from deltasink.input.batch import SCD2_DUPLICATES, check_required, collect, prep
 from deltasink.input.keys import nan_key_error
 from deltasink.input.rows import check_row_predicates
 from deltasink.input.sql import DELETE_COLUMN, delete_expr, quote
+from deltasink.reserved import RANK_COLUMN, ROW_COLUMN, column
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.spec_rules import check_source_condition
 
 from .prune import bound_exprs, predicate_from_bounds, prunable_keys
 from .session import SparkSql
-from .tables import RANK_COLUMN, ddl_type
+from .tables import ddl_type
 
 __all__ = [
     "Expected",
@@ -39,7 +40,7 @@ __all__ = [
     "require_dataframe",
 ]
 
-_ROW = "_deltasink_row"
+_ROW = ROW_COLUMN
 _HINT = "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row per key."
 
 
@@ -218,28 +219,24 @@ def prepare_frame(
 
 def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
     """``not_matched_by_source_condition`` resolves on the existing target (a Spark
-    DataFrame aliased ``t``), before anything is written; Spark analyses it without
-    running a job (on Spark Connect too: see the projection below).
+    DataFrame aliased ``t``), before anything is written
+    (:func:`~deltasink.shapes.spec_rules.check_source_condition`); Spark analyses it
+    without running a job (on Spark Connect too: see the projection below).
 
     Raises:
         InvalidInputError: It does not.
     """
-    condition = spec.not_matched_by_source_condition
-    if condition is None or target is None:
+    if target is None:
         return
-    # as the embedded engine (deltasink recover) would translate it for the target
-    spec.predicate("not_matched_by_source_condition", "delta-rs", types_of(target.schema))
-    rendered = spec.predicate("not_matched_by_source_condition", "spark")
-    try:
+
+    def resolves(condition: str) -> None:
         # A projection over the filter: Spark Connect answers a filter's ``schema`` from
         # its input's cached schema, without asking the server to analyse the condition.
-        target.alias("t").where(rendered).selectExpr("1 AS c").schema  # noqa: B018
-    except Exception as exc:
-        raise InvalidInputError(
-            f"MergeSpec.not_matched_by_source_condition {condition!r} is not a valid "
-            f"predicate over the columns of target {table} (qualified with t): {exc}",
-            table=table,
-        ) from exc
+        target.alias("t").where(condition).selectExpr("1 AS c").schema  # noqa: B018
+
+    check_source_condition(
+        spec, types_of(target.schema), dialect="spark", table=table, resolves=resolves
+    )
 
 
 def _bounded_keys(spec: MergeSpec, target: Any | None, frame: Any) -> list[str]:
@@ -334,7 +331,7 @@ def _observed(
     metrics = [f"sum({flag}) AS {quote(name)}" for name, flag in flags.items()]
     observed = frame
     if events:
-        sums = {name: quote(f"_deltasink_{name}") for name in flags}
+        sums = {name: quote(column(name)) for name in flags}
         observed = frame.groupBy(*(col(c) for c in events)).agg(
             *(expr(f"sum({flag}) AS {sums[name]}") for name, flag in flags.items())
         )

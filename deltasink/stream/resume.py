@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from deltasink.ops.origin import BatchOrigin
+
 from .checkpoint import is_auto_loader
-from .origin import BatchOrigin
 
 __all__ = ["ResumePoint", "resume_point"]
 

@@ -1,23 +1,17 @@
-"""A stream's batches mapped to versions by their origins: ``DeltaSink.foreach_batch``
-(:class:`StreamWriting`, a base of :class:`~deltasink.sink.DeltaSink`), what the
-writer's versions recorded (:class:`StreamOrigins`, read from both Delta logs and
-remembered between batches), the rule applied to a micro-batch
-(:mod:`deltasink.ops.placing`), and where a new query resumes (``DeltaSink.offsets``)."""
+"""What a writer's versions recorded of their stream (:class:`StreamOrigins`, read from
+both Delta logs and remembered between batches): what the rule placing a micro-batch
+(:mod:`deltasink.stream.placing`) reads, and where a new query resumes
+(``DeltaSink.offsets``)."""
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
 from deltasink.core.committables import CommitReport, LogState, Placement
-from deltasink.errors import CheckpointResetError, ConfigurationError
-from deltasink.failures import named_storage_errors
+from deltasink.errors import CheckpointResetError
 from deltasink.input.files import empty_like, file_rows, row_count
-from deltasink.inputs import Batch
-from deltasink.observe import observed
-from deltasink.ops.checkpoint import row_files_needed, stream_origin, with_row_files
 from deltasink.ops.history import HistoryEntry
 from deltasink.ops.origin import (
     BatchOrigin,
@@ -28,10 +22,11 @@ from deltasink.ops.origin import (
     normal_path,
     origin_for,
 )
-from deltasink.ops.placing import Decision, Held, resolve
-from deltasink.ops.resume import ResumePoint, resume_point
+from deltasink.stream.checkpoint import row_files_needed
+from deltasink.stream.placing import Decision, Held, resolve
+from deltasink.stream.resume import ResumePoint, resume_point
 
-__all__ = ["StreamOrigins", "StreamWriting", "no_foreach_batch_on_the_embedded_session"]
+__all__ = ["StreamOrigins"]
 
 logger = logging.getLogger("deltasink")
 
@@ -73,7 +68,7 @@ class StreamOrigins:
     # -- what the writer holds -------------------------------------------------------
 
     def held(self, state: LogState) -> Held:
-        """What the writer holds, for :func:`~deltasink.ops.placing.resolve`."""
+        """What the writer holds, for :func:`~deltasink.stream.placing.resolve`."""
         committed = state.committed_version
         pending = tuple(s.version for s in state.pending)
         last = pending[-1] if pending else committed
@@ -259,132 +254,3 @@ class StreamOrigins:
         return resume_point(
             committed, target_version, newest, recorded, pending=pending, exact=newest is None
         )
-
-
-class StreamWriting:
-    """``foreach_batch``, the streaming entry of :class:`~deltasink.sink.DeltaSink`
-    (whose attributes and ``_write`` these are)."""
-
-    target: str
-    app_id: str
-    _origins: StreamOrigins
-
-    def _write(
-        self,
-        df: Batch,
-        version: int,
-        *,
-        replays_last_only: bool,
-        origin: str | None = None,
-        place: Callable[[LogState], Placement] | None = None,
-    ) -> CommitReport:
-        raise NotImplementedError
-
-    @observed("foreach_batch")
-    @named_storage_errors
-    def foreach_batch(
-        self,
-        df: Batch,
-        batch_id: int,
-        *,
-        resume: bool = False,
-        checkpoint: str | os.PathLike[str] | None = None,
-    ) -> CommitReport:
-        """``writeStream.foreachBatch(sink.foreach_batch)``: micro-batch ``batch_id``
-        of one streaming query, written exactly once.
-
-        :meth:`write` with Spark's replay rule, from one read of the Delta logs; returns
-        its report (Spark ignores it; a wrapping function can log it).
-
-        A stream is an identity, not a counter: the target commit of each batch records
-        its *origin* (:mod:`deltasink.ops.origin`): the query's stable id (the one in
-        ``<checkpointLocation>/metadata``), the batch id and the source positions Spark
-        wrote to ``<checkpointLocation>/offsets/<batch_id>`` (with a file source's
-        files). The version is ``base + batch_id``. One rule places every micro-batch
-        (:mod:`deltasink.ops.placing`), from the *newest version the writer holds*
-        (committed or pending):
-
-        * written by this query: the next batch is written; a replay (this very batch,
-          same positions) is a silent no-op, a pending one is published; a batch that
-          maps to a version held but is not that batch (a checkpoint restored from an
-          older copy that re-planned it, changed offsets) is
-          :class:`~deltasink.errors.ReplayMismatchError`, nothing written;
-        * written by anything else, another query (a deleted, reset or changed
-          checkpoint) or a batch job (``write()``, ``pre_commit()``, with or without a
-          position): :class:`~deltasink.errors.CheckpointResetError`, nothing written.
-          So a stream and batch jobs on one ``app_id`` stop the stream at its next batch
-          after a batch job's version: give them separate app ids, or resume;
-        * no version records an origin (a target older than origins): the batch id is
-          the version, as before.
-
-        ``resume=True`` is the way out of both refusals: the batch becomes the version
-        right after the newest one held (pending versions are published first, in this
-        call) and that base is recorded, so the query's restarts map their batches the
-        same way with or without ``resume``. A file source's rows of files the writer
-        already holds are left out, counted and logged (by ``_metadata.file_path`` or
-        ``input_file_name()``: :mod:`deltasink.input.files`), for this batch and the
-        query's later ones. Other sources must start where ``deltasink offsets`` says.
-
-        The query is identified from ``checkpoint`` when given, else from a classic
-        session (the local property ``sql.streaming.queryId``, the checkpoint through
-        the driver's running query). Without an identity (Spark Connect without
-        ``checkpoint``, a ``pyarrow.Table``) nothing is recorded and ``batch_id`` is the
-        version, as before origins existed.
-
-        Args:
-            df: The micro-batch.
-            batch_id: Spark's batch id.
-            resume: Continue right after the newest version held when this query did
-                not write it, or when a batch of it does not replay its version (above).
-            checkpoint: The query's ``checkpointLocation`` (needed on Spark Connect and
-                serverless to know the query and its positions).
-
-        Raises:
-            CheckpointResetError: The newest version held was not written by this query;
-                or, resuming, the batch mixes held and new files and its rows cannot be
-                told apart by file.
-            ReplayMismatchError: The batch maps to a version held that does not record
-                it with these positions.
-            InvalidVersionError: Without origins, ``batch_id`` is below the committed
-                version.
-            ConfigurationError: ``checkpoint`` holds no offsets for ``batch_id``, or
-                ``resume`` without a way to identify the query.
-            As :meth:`write` otherwise.
-        """
-        origin = stream_origin(
-            df, batch_id, checkpoint=None if checkpoint is None else os.fspath(checkpoint)
-        )
-        if origin is None:
-            if resume:
-                raise ConfigurationError(
-                    "resume=True needs the streaming query's identity: pass "
-                    "checkpoint=<the query's checkpointLocation> (Spark Connect and "
-                    "serverless do not expose it to foreachBatch).",
-                    table=self.target,
-                    app_id=self.app_id,
-                )
-            return self._write(df, batch_id, replays_last_only=True)
-        if row_files_needed(origin):  # Auto Loader: its files are in the rows only
-            split = file_rows(df)
-            if split is not None:
-                df, origin = split.batch, with_row_files(origin, list(split.counts))
-        decided: list[Decision] = []
-        place = self._origins.placer(df, origin, resume=resume, decided=decided)
-        report = self._write(df, batch_id, replays_last_only=True, place=place)
-        self._origins.written(decided[-1] if decided else None, report)
-        return report
-
-
-def no_foreach_batch_on_the_embedded_session(target: str, app_id: str) -> ConfigurationError:
-    """The refusal of a ``foreachBatch`` writer on the embedded session (here, not in
-    :mod:`deltasink.streaming`, which imports the sink that raises it too)."""
-    return ConfigurationError(
-        "the embedded session (embedded_spark(), Sail) has no foreachBatch, so a streaming "
-        "query cannot call this writer. Run the query on a classic Spark session "
-        "(SparkSession.builder.master('local[*]').getOrCreate(), which needs Java 17; "
-        "deltasink then commits with delta-rs, or with Spark where delta-spark is "
-        "configured), on Databricks, or on a Spark Connect server of Spark itself. On the "
-        "embedded session, write each batch with DeltaSink.write(df, version) instead.",
-        table=target,
-        app_id=app_id,
-    )

@@ -1,6 +1,6 @@
-"""The operator side of :class:`~deltasink.sink.DeltaSink` (its base class): status, where
-a stream resumes, the history and ledger of the target commits, gc and OPTIMIZE, read or
-run through the engine's ports."""
+"""The operations part of a :class:`~deltasink.sink.DeltaSink`: what an operator reads
+and runs on one writer (status, where a stream resumes, the history and ledger of the
+target commits, gc and OPTIMIZE), through the engine's two ports."""
 
 from __future__ import annotations
 
@@ -13,19 +13,18 @@ from deltasink.backends.ports import CommitPort, MaintenancePort
 from deltasink.core.committables import GcResult, LogState
 from deltasink.core.protocol import TwoPhaseCommit
 from deltasink.errors import ConfigurationError
-from deltasink.failures import named_storage_errors
 from deltasink.input.arrow import spark_frame
 from deltasink.observe import record_pending
 from deltasink.ops.history import HistoryEntry, ledger_table
 from deltasink.ops.origin import BatchOrigin
-from deltasink.ops.resume import ResumePoint
-from deltasink.ops.status import SinkStatus
-from deltasink.resuming import StreamOrigins
+from deltasink.status import SinkStatus
+from deltasink.stream.origins import StreamOrigins
+from deltasink.stream.resume import ResumePoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SinkOperations"]
+__all__ = ["Operations"]
 
 
 def _active_spark() -> Any:
@@ -38,26 +37,49 @@ def _active_spark() -> Any:
         return None
 
 
-class SinkOperations:
-    """What an operator reads and runs on one writer (the attributes are
-    :class:`~deltasink.sink.DeltaSink`'s)."""
+class Operations:
+    """What an operator reads and runs on one writer.
 
-    target: str
-    staging: str
-    app_id: str
-    engine_reason: str
-    _backend: CommitPort
-    _maintenance: MaintenancePort
-    _core: TwoPhaseCommit[object]
-    _origins: StreamOrigins
-    _spark: Any
+    Args:
+        target: The target as the sink names it.
+        staging: The staging table's location.
+        app_id: The writer.
+        engine_reason: Why the engine was chosen (reported by :meth:`status`).
+        backend: The engine's commit port (state, the recorded spec).
+        maintenance: The engine's maintenance port (history, gc, optimize).
+        core: The two-phase commit, which decides the committed version.
+        origins: What the writer's versions recorded of their streams.
+        spark: The session the sink was given, if any (for :meth:`ledger`).
+    """
+
+    def __init__(
+        self,
+        *,
+        target: str,
+        staging: str,
+        app_id: str,
+        engine_reason: str,
+        backend: CommitPort,
+        maintenance: MaintenancePort,
+        core: TwoPhaseCommit[object],
+        origins: StreamOrigins,
+        spark: Any,
+    ) -> None:
+        self.target = target
+        self.staging = staging
+        self.app_id = app_id
+        self.engine_reason = engine_reason
+        self._backend = backend
+        self._maintenance = maintenance
+        self._core = core
+        self._origins = origins
+        self._spark = spark
 
     @property
     def engine(self) -> str:
         """The backend doing the Delta writes."""
         return self._backend.name
 
-    @named_storage_errors
     def offsets(self) -> ResumePoint:
         """Where a new streaming query starts to continue right after the newest
         version this writer holds (``deltasink offsets``): the committed version, the
@@ -70,7 +92,6 @@ class SinkOperations:
         """
         return self._origins.resume_point(self._fresh_state())
 
-    @named_storage_errors
     def status(self, *, with_origin: bool = False) -> SinkStatus:
         """The committed version and the pending versions, from the Delta logs.
 
@@ -117,7 +138,6 @@ class SinkOperations:
                 break
         return found
 
-    @named_storage_errors
     def gc(
         self, retention: timedelta | float = timedelta(days=7), *, dry_run: bool = False
     ) -> GcResult:
@@ -138,7 +158,6 @@ class SinkOperations:
             raise ConfigurationError(f"retention must be ≥ 0, got {retention!r}.")
         return self._maintenance.gc(timedelta(seconds=seconds), dry_run=dry_run)
 
-    @named_storage_errors
     def optimize(self, *, z_order_by: Sequence[str] = ()) -> None:
         """Compact the target's small files (OPTIMIZE; Z-ORDER by ``z_order_by``).
 
@@ -159,7 +178,6 @@ class SinkOperations:
         """
         self._maintenance.optimize(z_order_by)
 
-    @named_storage_errors
     def commits_since_optimize(self, limit: int = 1000) -> int:
         """This writer's target commits since the target's last OPTIMIZE (up to
         ``limit``), from the Delta history."""
@@ -189,7 +207,6 @@ class SinkOperations:
         frame: DataFrame = spark_frame(session, ledger_table(self.app_id, self.history(limit)))
         return frame
 
-    @named_storage_errors
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """This writer's commits to the target, newest first, from the Delta history.
 
