@@ -21,7 +21,7 @@ from deltasink.reserved import STAGING_SUFFIX
 from deltasink.settings import AuditChecks, StoreOptions, Timeouts, grouped
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
-from deltasink.stores import checked_options
+from deltasink.stores import check_spark_log_store, checked_options
 
 __all__ = ["SinkSettings", "locate", "resolve"]
 
@@ -167,6 +167,12 @@ def resolve(
         allow_unsafe_commits=store.allow_unsafe_commits
         or not ENGINES[chosen].commits_through_storage_options,
     )
+    if not ENGINES[chosen].commits_through_storage_options:  # Spark's LogStore commits
+        session = spark if spark is not None else _active_spark()
+        if session is not None:
+            check_spark_log_store(
+                session, [located, staged_at], allow_unsafe_commits=store.allow_unsafe_commits
+            )
     return SinkSettings(
         target=located,
         staging=staged_at,
@@ -240,3 +246,12 @@ def _check_engine_fit(
             "Delta-enabled session.",
             table=target,
         )
+
+
+def _active_spark() -> Any:
+    """The classic session PySpark holds active, if any (the spark engine's default)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()

@@ -103,3 +103,12 @@ def test_the_reasons_alone() -> None:
         spark_log_store_reasons("s3a://b/t", {"spark.delta.logStore.s3a.impl": DYNAMODB}.get) == []
     )
     assert spark_log_store_reasons("file:///tmp/t", {}.get) == []
+
+
+def test_a_spark_engine_sink_on_such_a_store_is_refused_when_it_is_made() -> None:
+    """The check runs when the sink resolves its settings, before any table is opened
+    (the session here has no tables to open: only the refusal can come first)."""
+    from deltasink import DeltaSink, MergeSpec
+
+    with pytest.raises(UnsafeStoreError, match="S3DynamoDBLogStore"):
+        DeltaSink(URIS[0], "app", MergeSpec(mode="append"), engine="spark", spark=session())
