@@ -183,7 +183,7 @@ class Walker(Arithmetic, Functions):
         target: SqlType | None = SqlType("void")
         for kind in anchors:
             assert target is not None
-            target = common_type(target, kind)
+            target = common_type(target, kind, ansi=self.ansi)
             if target is None:
                 break
         if target is not None and target.name == "void" and len(anchors) < len(parts):
@@ -193,6 +193,13 @@ class Walker(Arithmetic, Functions):
             if wide:
                 target = None  # a decimal of over 15 digits need not be one double
         converting = target is not None and target.name != "string" and len(anchors) < len(parts)
+        if converting and target is not None and not self.ansi and target.name not in _DATES:
+            raise Refusal(
+                f"{where} between a string literal and a {target} with ANSI mode off",
+                "without ANSI mode Spark converts the two sides by other rules (a string "
+                "that does not convert is null, a number's text is truncated)",
+                f"write a literal of the {target} type (3, not '3')",
+            )
         if converting and target is not None and not self.converts(target):
             target = None
         if target is None:
@@ -348,6 +355,7 @@ class Walker(Arithmetic, Functions):
         return Typed("coalesce(" + ", ".join(p.sql for p in parts) + ")", kind)
 
 
+_DATES = ("date", "timestamp", "timestamp_ntz", "void")
 _PREDICATES = (exp.Is, exp.Like, exp.ILike, exp.RegexpLike, exp.In, exp.Between, exp.Escape)
 
 _HANDLERS: dict[type, Any] = {
