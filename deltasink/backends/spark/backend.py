@@ -24,6 +24,7 @@ from deltasink.ops.origin import combine
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
 
+from .conf import require_ansi
 from .fencing import Fence
 from .logs import LogReader, SparkLogs
 from .maintenance import SparkMaintenance
@@ -205,6 +206,7 @@ class SparkBackend(SchemaFit):
                 table=self.target,
                 version=version,
             )
+        require_ansi(self._sql.session(batch), spec)
         prepared = self._prepare(batch, spec, version)
         return Prepared(version, prepared.rows, prepared)
 
