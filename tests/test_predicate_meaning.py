@@ -453,3 +453,17 @@ def test_a_spec_built_in_a_session_with_ansi_mode_off_records_it(monkeypatch: An
     assert checks.expect("qty > 0").ansi_mode is False
     Session.conf = Conf("true")
     assert MergeSpec(keys=["id"], delete_when="qty + 1 < 0").ansi_mode is None
+
+
+def test_what_ansi_mode_off_reads_otherwise_is_refused_at_the_first_batch(tmp_path: Path) -> None:
+    """Without ANSI mode Spark converts a string literal beside a number by other rules
+    and compares a date in a list with a string as text (``'2024-1-5'`` is not
+    ``'2024-01-05'`` there): refused by name with ANSI mode off (at the first batch,
+    when the types are known; nothing written), accepted with it on."""
+    for text in ("qty = '3'", "d IN ('2024-1-5')", "coalesce(d, '2024-01-05') = d"):
+        MergeSpec(mode="replace", replace_where=text)  # ANSI mode on: Spark converts by value
+        with pytest.raises(ConfigurationError, match="with ANSI mode off"):
+            DeltaSink(
+                "unused", "app", MergeSpec(mode="replace", replace_where=text, ansi_mode=False)
+            ).write(ROWS, 0)
+    MergeSpec(mode="replace", replace_where="d IN ('2024-01-05')", ansi_mode=False)
