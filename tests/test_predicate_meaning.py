@@ -349,6 +349,7 @@ BROUND = [
     (-0.125, 2, -0.12),
     (2.675, 2, 2.68),  # its text is 2.675: a tie; the binary value is below it
     (1e15 + 0.5, 0, 1e15),
+    (1e15 + 0.5, 4, 1e15 + 0.5),  # its 4-place decimal, back to a double exactly (seed 4401)
     (1e300, 2, 1e300),
 ]
 
@@ -376,7 +377,7 @@ def test_bround_of_a_double_rounds_its_decimal_text_half_even_on_every_engine() 
     values = [v for v, _, _ in BROUND]
     assert [_spark_bround(v, p) for v, p, _ in BROUND] == [r for _, _, r in BROUND]
     rows = pa.table({"Id": list(range(1, len(values) + 3)), "x": [*values, float("nan"), None]})
-    for places in (0, 2):
+    for places in (0, 2, 4):
         want = [r for v, p, r in BROUND if p == places]
         text = f"bround(x, {places}) IN ({', '.join(f'{w!r}D' for w in want)})"
         written = translate(text, "replace_where", {"x": SqlType("double")}, "delta-rs")
