@@ -319,6 +319,19 @@ def reads_columns(node: exp.Expr) -> bool:
     differential suite, seed 1453115599)."""
     if isinstance(node, exp.Column):
         return True
+    if isinstance(node, exp.Case) and node.this is None:  # a literal condition: folded
+        for branch in node.args.get("ifs") or []:  # (seed 250658533: WHEN True THEN 10)
+            condition = branch.this
+            if reads_columns(condition):
+                return True
+            if isinstance(condition, exp.Boolean) and condition.this:
+                return reads_columns(branch.args["true"])
+            if not isinstance(condition, exp.Boolean | exp.Null) and reads_columns(
+                branch.args["true"]
+            ):
+                return True
+        default = node.args.get("default")
+        return default is not None and reads_columns(default)
     if isinstance(node, exp.Coalesce):
         for arg in [node.this, *node.expressions]:
             if reads_columns(arg):

@@ -371,7 +371,7 @@ class Walker(Arithmetic, Functions):
 
 
 _DATES = ("date", "timestamp", "timestamp_ntz", "void")
-_ISO_DATE = re.compile(r"[0-9]{3}[1-9]-[0-9]{2}-[0-9]{2}")
+_ISO_DATE = re.compile(r"(?!0000)[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _PREDICATES = (exp.Is, exp.Like, exp.ILike, exp.RegexpLike, exp.In, exp.Between, exp.Escape)
 
 _HANDLERS: dict[type, Any] = {
