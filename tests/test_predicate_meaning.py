@@ -468,3 +468,25 @@ def test_what_ansi_mode_off_reads_otherwise_is_refused_at_the_first_batch(tmp_pa
                 "unused", "app", MergeSpec(mode="replace", replace_where=text, ansi_mode=False)
             ).write(ROWS, 0)
     MergeSpec(mode="replace", replace_where="d IN ('2024-01-05')", ansi_mode=False)
+
+
+def test_a_null_divided_by_a_zero_column_is_null_on_sail(tmp_path: Path) -> None:
+    """Spark: a null dividend is null whatever the divisor; Sail failed ("Division by
+    zero") on a zero divisor beside a null dividend (differential suite, seed
+    250658533: ``try_cast(Zone AS INT) / price``)."""
+    rows = pa.table({"id": [1, 2], "name": ["x", "4"], "price": [0.0, 2.0]})
+    target = str(tmp_path / "t")
+    spec = MergeSpec(keys=["id"], delete_when="(try_cast(name AS INT) / price) IS NULL")
+    DeltaSink(target, "app", spec).write(rows, 0)
+    assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [2]
+
+
+def test_a_case_fixed_by_a_literal_condition_is_a_constant_on_sail(tmp_path: Path) -> None:
+    """``2 * CASE WHEN True THEN 10 WHEN flag THEN -128 ELSE qty END`` is 20: Sail folded
+    the CASE, then the range check's failing branch (differential suite, seed
+    250658533); it is now converted as a constant."""
+    rows = pa.table({"id": [1, 2], "flag": [True, False], "qty": pa.array([20, 3], pa.int32())})
+    target = str(tmp_path / "t")
+    text = "(2 * CASE WHEN True THEN 10 WHEN flag THEN -128 ELSE qty END) = qty"
+    DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when=text)).write(rows, 0)
+    assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [2]

@@ -105,9 +105,14 @@ class Arithmetic(Base):
         skip = " OR ".join(f"({s})" for s in self.skips if s)
         if skip:
             fails = f"(CASE WHEN {skip} THEN CAST(NULL AS DOUBLE) ELSE {fails} END)"
-        # Spark: a null dividend is null before the divisor is looked at
-        zero = f"{b} = CAST('0.0' AS DOUBLE) AND {a} IS NOT NULL"
-        return f"(CASE WHEN {zero} THEN {fails} ELSE ({a} / {b}) END)"
+        # Spark: a null dividend is null before the divisor is looked at; Sail fails on
+        # a zero divisor even beside a null dividend, so a zero one never reaches the
+        # division (seed 250658533: try_cast(zone AS INT) / price)
+        zero = f"{b} = CAST('0.0' AS DOUBLE)"
+        return (
+            f"(CASE WHEN {zero} THEN (CASE WHEN {a} IS NOT NULL THEN {fails} END) "
+            f"ELSE ({a} / {b}) END)"
+        )
 
     def modulo(self, node: exp.Mod) -> Typed:
         left, right = self.operands(node)
