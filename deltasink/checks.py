@@ -200,11 +200,13 @@ def _describe(check: Check) -> dict[str, Any]:
     if isinstance(check, row_count_within):
         return {"check": "row_count_within", "percent": check.percent}
     if isinstance(check, sql):
-        described = {"check": "sql", "query": check.query, "label": check.label}
+        described: dict[str, Any] = {"check": "sql", "query": check.query, "label": check.label}
         if check.expect is not None:  # releases without it run the plain query
             described["expect"] = check.expect
         if check.time_zone is not None:  # the zone its predicate reads
             described["time_zone"] = check.time_zone
+        if check.ansi_mode is not None:  # the ANSI mode its predicate means (off)
+            described["ansi_mode"] = check.ansi_mode
         return described
     return {"check": "callable", "name": check_name(check)}
 
@@ -236,6 +238,7 @@ def decode(text: str) -> tuple[tuple[Check, ...], tuple[str, ...]]:
                     label=item["label"],
                     expect=item.get("expect"),
                     time_zone=item.get("time_zone"),
+                    ansi_mode=item.get("ansi_mode"),
                 )
             )
         else:

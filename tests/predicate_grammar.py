@@ -108,13 +108,14 @@ _TIMES = [
 ]
 #: The session time zone the suite records (a spec's ``time_zone``) and the oracle's.
 ZONE = "America/New_York"
-_DOUBLES = [
+_DOUBLES = [  # rows 7 and 19 (indexes 6 and 18) hold null
     1.005,
     -0.0,
     0.0,
     math.nan,
     math.inf,
     -math.inf,
+    0.1,
     1e300,
     2.5,
     3.0,
@@ -122,6 +123,13 @@ _DOUBLES = [
     0.1,
     1e-7,
     1.015,
+    0.5,  # ties of bround (half even) and round (half up)
+    1.5,
+    0.125,
+    -0.125,
+    3.0,
+    2.675,
+    1e15 + 0.5,
 ]
 _FLOATS = [1.5, -0.0, math.nan, 0.1, -3.25, math.inf, 100.0]
 _AMOUNTS = ["1.00", "-2.55", "99999999.99", "0.00", "1.01", "2.50", "-0.50", "10.00"]
@@ -233,6 +241,8 @@ def _double_literal(g: Grammar) -> str:
             "CAST('Infinity' AS DOUBLE)",
             "3.0D",
             "0.1D",
+            "0.125D",
+            "1.5D",
         ]
     )
 
@@ -497,6 +507,18 @@ def _round_double(g: Grammar, depth: int) -> str:
     return f"round({value}, {g.rng.choice([0, 1, 2, 3, 4])})"
 
 
+def _bround_double(g: Grammar, depth: int) -> str:
+    value = g.expr("number", depth)
+    if "f32" in value.lower() or "float" in value.lower():  # bround of a float: refused
+        value = f"CAST({value} AS DOUBLE)"
+    return f"bround({value}, {g.rng.choice([0, 1, 2, 3, 4])})"
+
+
+def _bround(g: Grammar, depth: int) -> str:
+    places = g.rng.choice([", 0", ", 1", ", 2", ", 3", ""])
+    return f"{g.pick('bround', 'BROUND')}({g.expr(g.pick('decimal', 'integer'), depth)}{places})"
+
+
 def _divide_column(g: Grammar, depth: int) -> str:
     divisor = g.column("tinyint", "smallint", "int", "bigint", "double") or "qty"
     return f"({g.expr(g.pick('integer', 'number'), depth)} / {divisor})"
@@ -635,6 +657,7 @@ RULES: dict[str, Rule] = {
     "/ (division)": _divide,
     "/ by a column": _divide_column,
     "round of a double": _round_double,
+    "bround of a double": _bround_double,
     "+ - * of doubles": _arith_number,
     "cast to double / float": _cast_to_double,
     "if (number)": _if("number"),
@@ -643,6 +666,7 @@ RULES: dict[str, Rule] = {
     "decimal literal": lambda g, depth: _decimal_literal(g),
     "+ - * of decimals": _arith_decimal,
     "round": _round,
+    "bround": _bround,
     "cast to decimal": _cast_to_decimal,
     # strings
     "string column": lambda g, depth: g.column("string") or "name",
@@ -712,6 +736,7 @@ KIND_RULES: dict[str, list[tuple[str, float, bool]]] = {
         ("/ (division)", 1.5, False),
         ("/ by a column", 0.8, False),
         ("round of a double", 0.6, False),
+        ("bround of a double", 0.6, False),
         ("+ - * of doubles", 1, False),
         ("cast to double / float", 0.8, False),
         ("if (number)", 0.4, False),
@@ -722,6 +747,7 @@ KIND_RULES: dict[str, list[tuple[str, float, bool]]] = {
         ("decimal literal", 4, True),
         ("+ - * of decimals", 1.2, False),
         ("round", 1, False),
+        ("bround", 0.8, False),
         ("cast to decimal", 0.8, False),
     ],
     "string": [
@@ -747,11 +773,40 @@ KIND_RULES: dict[str, list[tuple[str, float, bool]]] = {
 }
 
 
+#: Drawn first in every run (constructs, the predicate): the ties of ``bround`` (half
+#: even) and ``round`` (half up) of doubles and decimals, large values, NaN and null.
+PINNED: list[tuple[str, str]] = [
+    *(
+        ("bround of a double", f"bround(Price, {d}) {op} round(Price, {d})")
+        for d in range(5)
+        for op in ("=", "<")
+    ),
+    ("bround of a double", "bround(Price, 0) IN (0.0D, 2.0D, -2.0D, 1000000000000000.0D)"),
+    ("bround of a double", "bround(Price, 2) IN (0.12D, -0.12D, 2.68D, 1.0D, 1.02D)"),
+    ("bround of a double", "bround(Price, 1) IN (0.5D, 1.5D, 2.5D, 0.1D, 1.0D, 2.7D)"),
+    ("bround of a double", "isnan(bround(Price, 3)) OR bround(Price, 3) IS NULL"),
+    ("bround of a double", "bround(Price, 4) = Price"),
+    ("bround of a double", "bround(Price * 1e15, 0) > 1e300 OR bround(Price, 0) = 1e300"),
+    ("bround", "bround(amt, 1) IN (2.5, -2.6, -0.5, 1.0, 0.0, 10.0)"),
+    ("bround", "bround(amt, 0) IN (2, -2, 0, -1, 1, 100000000)"),
+    ("bround", "bround(amt) = round(amt) OR bround(amt, 1) < round(amt, 1)"),
+    ("round of a double", "round(Price, 0) IN (1.0D, 2.0D, 3.0D, -3.0D, 1000000000000001.0D)"),
+]
+
+
 def draw(rng: random.Random, count: int) -> list[Drawn]:
-    """``count`` distinct predicates, each reading a column: one of constants only is
-    refused by name (tests/test_predicate_meaning.py), and no one writes it."""
+    """``count`` distinct predicates, each reading a column (the :data:`PINNED` ones
+    first): one of constants only is refused by name (tests/test_predicate_meaning.py),
+    and no one writes it."""
     grammar = Grammar(rng)
-    found: dict[str, Drawn] = {}
+    pinned = [
+        Drawn(
+            t.replace("Price", QUALIFIER + "Price").replace("amt", QUALIFIER + "amt"),
+            frozenset({c}),
+        )
+        for c, t in PINNED
+    ]
+    found: dict[str, Drawn] = {d.raw: d for d in pinned}
     attempts = 0
     while len(found) < count and attempts < count * 20:
         attempts += 1

@@ -76,6 +76,7 @@ CHILD_MODULES = (
     "tests/test_compaction_spark.py",
     "tests/test_computed_columns.py",
     "tests/test_timestamps_jvm.py",
+    "tests/test_predicates_jvm.py",
     "tests/test_table_zoo.py",
 )
 #: Tests ``make test`` leaves to ``make test-delta-spark`` (see pyproject.toml's addopts):

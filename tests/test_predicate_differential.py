@@ -15,6 +15,10 @@ is built or at the first batch (a :class:`~deltasink.ConfigurationError`), or:
   delta-rs publishes; the worker process) and with classic DataFrames (Spark checks the
   rows, delta-rs publishes); the targets hold exactly what the oracle's selection implies.
 
+Every setting is proven twice: with Spark's ANSI mode on and off (:data:`MODES`; the
+texts translated for the mode, the oracle run in it, one batched job per mode; the real
+fields run with ANSI mode on).
+
 Where Spark fails (ANSI mode: an overflow, a value out of a type's range) the others
 must fail too; where Spark's own failure depends on what its optimizer keeps (a failing
 operand beside ``OR TRUE``) and an engine answers, the case is counted as
@@ -63,44 +67,54 @@ FIELD_SAMPLE = generated.count(sample=8, ci=12)
 ROUND = 12
 
 
+#: The ANSI settings proven: Spark's default (on) and off (``spark.sql.ansi.enabled``):
+#: each setting's texts are translated for that mode, and the oracle runs in it.
+MODES = {"": True, " (ANSI off)": False}
+
+
 @contextmanager
-def utc(spark: Any) -> Any:
+def utc(spark: Any, ansi: bool = True) -> Any:
     """The session in the suite's time zone (:data:`~tests.predicate_grammar.ZONE`, the
-    one its specs record) while the block runs: the oracle reads a zone-less timestamp
-    literal and ``hour(ts)`` in it."""
-    key = "spark.sql.session.timeZone"
-    before = spark.conf.get(key)
-    spark.conf.set(key, predicate_grammar.ZONE)
+    one its specs record) and ANSI mode ``ansi`` while the block runs: the oracle reads
+    a zone-less timestamp literal and ``hour(ts)`` in it."""
+    confs = {"spark.sql.session.timeZone": predicate_grammar.ZONE}
+    confs["spark.sql.ansi.enabled"] = "true" if ansi else "false"
+    before = {key: spark.conf.get(key) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
     try:
         yield spark
     finally:
-        spark.conf.set(key, before)
+        for key, value in before.items():
+            spark.conf.set(key, value)
 
 
 def _texts(drawn: predicate_grammar.Drawn) -> dict[str, tuple[str, str | None, str | None] | str]:
-    """Per setting: (the user's text, Sail's text, DataFusion's text: ``None`` where the
-    setting does not reach that engine), or why it is refused."""
+    """Per setting and ANSI mode (the setting's name, `` (ANSI off)`` added): (the
+    user's text, Sail's text, DataFusion's text: ``None`` where the setting does not
+    reach that engine), or why it is refused."""
     columns = types_of(predicate_grammar.SCHEMA)
     zone = predicate_grammar.ZONE
     out: dict[str, tuple[str, str | None, str | None] | str] = {}
-    for name, field in FIELDS.items():
-        text = drawn.qualified if field.scope.qualifier == "required" else drawn.plain
-        try:
-            check(text, name, zone)
-            sail = (
-                translate(text, name, columns, "spark", zone)
-                if "sail" in field.evaluators
-                else None
-            )
-            fusion = (
-                translate(text, name, columns, "delta-rs", zone)
-                if "delta-rs" in field.evaluators
-                else None
-            )
-        except (ConfigurationError, InvalidInputError) as exc:
-            out[name] = f"refused: {type(exc).__name__}: {exc}"
-            continue
-        out[name] = (text, sail, fusion)
+    for suffix, ansi in MODES.items():
+        for name, field in FIELDS.items():
+            text = drawn.qualified if field.scope.qualifier == "required" else drawn.plain
+            try:
+                check(text, name, zone, ansi)
+                sail = (
+                    translate(text, name, columns, "spark", zone, ansi)
+                    if "sail" in field.evaluators
+                    else None
+                )
+                fusion = (
+                    translate(text, name, columns, "delta-rs", zone, ansi)
+                    if "delta-rs" in field.evaluators
+                    else None
+                )
+            except (ConfigurationError, InvalidInputError) as exc:
+                out[name + suffix] = f"refused: {type(exc).__name__}: {exc}"
+                continue
+            out[name + suffix] = (text, sail, fusion)
     return out
 
 
@@ -117,17 +131,17 @@ def _compare(oracle: Result, found: Result) -> str:
     return "mismatch"
 
 
-def _shrunk(spark: Any, text: str, name: str) -> str | None:
+def _shrunk(spark: Any, text: str, name: str, ansi: bool = True) -> str | None:
     """The smallest boolean part of ``text`` on which DataFusion (this process) and Spark
     still differ, for a failure's message; ``None`` if no smaller one does (or the search
     fails: it never hides the mismatch it was asked about)."""
     try:
-        return _shrink(spark, text, name)
+        return _shrink(spark, text, name, ansi)
     except Exception:
         return None
 
 
-def _shrink(spark: Any, text: str, name: str) -> str | None:
+def _shrink(spark: Any, text: str, name: str, ansi: bool) -> str | None:
     import sqlglot
 
     columns = types_of(predicate_grammar.SCHEMA)
@@ -137,11 +151,11 @@ def _shrink(spark: Any, text: str, name: str) -> str | None:
     )
     for part in parts:
         try:
-            check(part, name, predicate_grammar.ZONE)  # type: ignore[arg-type]
-            fusion = translate(part, name, columns, "delta-rs", predicate_grammar.ZONE)  # type: ignore[arg-type]
+            check(part, name, predicate_grammar.ZONE, ansi)  # type: ignore[arg-type]
+            fusion = translate(part, name, columns, "delta-rs", predicate_grammar.ZONE, ansi)  # type: ignore[arg-type]
         except Exception:  # not a predicate of its own, or refused
             continue
-        with utc(spark):
+        with utc(spark, ansi):
             expected = spark_batched(spark, rows, [part])[0]
         if _compare(expected, datafusion_batched(rows, [fusion])[0]) == "mismatch":
             return f"{part!r} (DataFusion: {fusion})"
@@ -242,9 +256,12 @@ def _differential(delta_spark: Any, tmp_path: Path, now: Any) -> None:
     rows = predicate_grammar.rows()
     ids = rows.column("Id").to_pylist()
     texts = [_texts(d) for d in drawn]
-    with utc(delta_spark):
-        plain = [d.plain for d in drawn]
-        oracle = dict(zip(plain, spark_batched(delta_spark, rows, plain), strict=True))
+    plain = [d.plain for d in drawn]
+    oracles: dict[bool, dict[str, Result]] = {}
+    for ansi in MODES.values():
+        with utc(delta_spark, ansi):
+            oracles[ansi] = dict(zip(plain, spark_batched(delta_spark, rows, plain), strict=True))
+    oracle = oracles[True]
     lap("oracle")
     fusion_texts = sorted(
         {t[2] for case in texts for t in case.values() if isinstance(t, tuple) and t[2]}
@@ -252,11 +269,15 @@ def _differential(delta_spark: Any, tmp_path: Path, now: Any) -> None:
     fusion = dict(zip(fusion_texts, datafusion_batched(rows, fusion_texts), strict=True))
     lap("datafusion")
 
-    # the sample through the real fields: accepted in every setting, a value in Spark
+    # the sample through the real fields (ANSI on): accepted in every setting, a value;
+    # drawn, not pinned (their long texts slow Spark's analysis; batched above)
+    pinned = {text for _, text in predicate_grammar.PINNED}
     sample = [
         d
         for d, case in zip(drawn, texts, strict=True)
-        if all(isinstance(t, tuple) for t in case.values()) and not isinstance(oracle[d.plain], str)
+        if all(isinstance(t, tuple) for n, t in case.items() if "(" not in n)
+        and not isinstance(oracle[d.plain], str)
+        and d.plain not in pinned
     ][:FIELD_SAMPLE]
     rounds = _rounds(sample, oracle, ids)
     sail_texts = sorted(
@@ -272,8 +293,9 @@ def _differential(delta_spark: Any, tmp_path: Path, now: Any) -> None:
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     problems: list[str] = []
     for d, case in zip(drawn, texts, strict=False):
-        expected = oracle[d.plain]
         for name, found in case.items():
+            ansi = MODES[name[name.find(" ") :] if " " in name else ""]
+            expected = oracles[ansi][d.plain]
             if isinstance(found, str):
                 counts[name]["refused"] += 1
                 for construct in d.constructs:
@@ -291,7 +313,9 @@ def _differential(delta_spark: Any, tmp_path: Path, now: Any) -> None:
                 counts[name][f"{evaluator} {outcome}"] += 1
                 if outcome == "mismatch":  # values differ, or the engine fails alone
                     smaller = (
-                        _shrunk(delta_spark, found[0], name) if evaluator == "delta-rs" else None
+                        _shrunk(delta_spark, found[0], name.split(" ")[0], ansi)
+                        if evaluator == "delta-rs"
+                        else None
                     )
                     problems.append(
                         f"{name} on {evaluator}: {found[0]!r}\n  sail: {found[1]}\n  "

@@ -232,12 +232,14 @@ class sql:
     predicate translated for the staged batch's column types (Spark's meaning on Spark
     and on the embedded engine's Sail alike, :mod:`deltasink.shapes.sparksql`), and
     ``query`` the plain form recorded for releases that do not know ``expect``;
-    ``time_zone`` the session time zone it reads (as :attr:`MergeSpec.time_zone`)."""
+    ``time_zone`` the session time zone it reads (as :attr:`MergeSpec.time_zone`);
+    ``ansi_mode`` the ANSI mode it means (as :attr:`MergeSpec.ansi_mode`)."""
 
     query: str
     label: str | None = None
     expect: str | None = None
     time_zone: str | None = None
+    ansi_mode: bool | None = None
 
     def __post_init__(self) -> None:
         query: object = self.query
@@ -247,7 +249,9 @@ class sql:
         if self.label is not None and not isinstance(self.label, str):
             raise ConfigurationError(f"checks.sql label must be a string, got {self.label!r}.")
         if self.expect is not None:
-            predicate_fields.check(self.expect, "expect", self.time_zone)
+            predicate_fields.check(
+                self.expect, "expect", self.time_zone, self.ansi_mode is not False
+            )
 
     def query_for(self, schema: Any) -> str:
         """The query run on a batch whose Spark schema is ``schema``.
@@ -261,7 +265,7 @@ class sql:
             return self.query
         columns = predicate_fields.types_of(schema)
         predicate = predicate_fields.translate(
-            self.expect, "expect", columns, "spark", self.time_zone
+            self.expect, "expect", columns, "spark", self.time_zone, self.ansi_mode is not False
         )
         return f"SELECT * FROM staged WHERE NOT coalesce(({predicate}), false)"
 
@@ -284,10 +288,18 @@ class sql:
         return f"returned rows, e.g. {[r.asDict() for r in rows]}"
 
 
-def expect(predicate: str, *, label: str | None = None, time_zone: str | None = None) -> sql:
+def expect(
+    predicate: str,
+    *,
+    label: str | None = None,
+    time_zone: str | None = None,
+    ansi_mode: bool | None = None,
+) -> sql:
     """Fail if any row violates ``predicate`` (a Spark SQL boolean expression; a null
     result counts as a violation). ``time_zone``: as :attr:`MergeSpec.time_zone` (unset,
-    the active Spark session's, else ``UTC``, when the predicate reads it).
+    the active Spark session's, else ``UTC``, when the predicate reads it);
+    ``ansi_mode``: as :attr:`MergeSpec.ansi_mode` (unset, the active session's, off
+    recorded).
 
     Raises:
         ConfigurationError: ``predicate`` is not exactly one boolean expression
@@ -300,7 +312,8 @@ def expect(predicate: str, *, label: str | None = None, time_zone: str | None = 
     if not isinstance(text, str):
         raise ConfigurationError(f"checks.expect takes a predicate string, got {text!r}.")
     zone = None if time_zone is None else predicate_fields.session_zone(time_zone)
-    if predicate_fields.check(text, "expect", zone or "UTC") and zone is None:
+    ansi = None if predicate_fields.session_ansi(ansi_mode) else False
+    if predicate_fields.check(text, "expect", zone or "UTC", ansi is not False) and zone is None:
         zone = predicate_fields.session_zone()  # it reads the session's zone: recorded
     rendered = render(text, "spark", "checks.expect")
     return sql(
@@ -308,6 +321,7 @@ def expect(predicate: str, *, label: str | None = None, time_zone: str | None = 
         label=label or f"expect({predicate!r})",
         expect=text,
         time_zone=zone,
+        ansi_mode=ansi,
     )
 
 

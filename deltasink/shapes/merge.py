@@ -24,7 +24,7 @@ coalesced batch compares ``s.<guard>`` instead of ``s.seq``: see
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.shapes.predicates import Dialect
 from deltasink.shapes.sparksql.fields import types_of
+from deltasink.shapes.sparksql.types import SqlType
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges", "replace_predicate"]
@@ -170,6 +171,7 @@ def replace_predicate(
     spark: bool = False,
     empty_as_null: Sequence[str] = (),
     target: pa.Schema | None = None,
+    types: Mapping[str, SqlType] | None = None,
 ) -> str | None:
     """The predicate selecting the target rows a ``replace`` version replaces, over
     unqualified target columns: the ``replace_by`` value combinations of ``values``
@@ -182,6 +184,9 @@ def replace_predicate(
         spark: Render literals for Spark SQL (else for delta-rs).
         target: For delta-rs: the target's schema, which ``replace_where`` is
             translated for (default: ``values``'s).
+        types: For Spark: the target's column types, which ``replace_where`` is
+            translated for (the spec's recorded time zone and ANSI mode, whatever the
+            session's); without, Spark gets it re-emitted as written.
         empty_as_null: The target's string partition columns, whose ``''`` is null
             (:mod:`deltasink.shapes.partitions`): ``''`` selects the null partition
             (and a ``""`` another writer recorded).
@@ -192,7 +197,7 @@ def replace_predicate(
     """
     literal = _spark_literal if spark else _literal
     if spark:
-        where = spec.predicate("replace_where", "spark")
+        where = spec.predicate("replace_where", "spark", types)
     else:
         where = spec.predicate("replace_where", "delta-rs", types_of(target or values.schema))
     parts = [f"({where})"] if where else []
@@ -256,6 +261,7 @@ def compile_merge(
     spark: bool = False,
     empty_as_null: Sequence[str] = (),
     target: pa.Schema | None = None,
+    spark_types: Mapping[str, SqlType] | None = None,
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -278,8 +284,11 @@ def compile_merge(
             (:mod:`deltasink.shapes.partitions`): a key there matches with
             ``coalesce(t.k, '') = coalesce(s.k, '')`` (``''`` and null are the one null
             partition, in either mode), and a value written there is ``nullif(s.c, '')``.
+        spark_types: For Spark: the target's column types, which ``target_predicate``
+            and ``not_matched_by_source_condition`` are then translated for (the spec's
+            recorded time zone and ANSI mode); without, Spark gets them as written.
     """
-    types = None if spark or target is None else types_of(target)
+    types = spark_types if spark else (None if target is None else types_of(target))
     dialect: Dialect = "spark" if spark else "delta-rs"
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")

@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 from deltasink.errors import ConfigurationError
 from deltasink.reserved import PREFIX, is_reserved
 from deltasink.shapes.predicates import Dialect, render
-from deltasink.shapes.sparksql.fields import check, session_zone, translate
+from deltasink.shapes.sparksql.fields import translate
 from deltasink.shapes.sparksql.types import SqlType
 
 from . import spec_rules as rules
@@ -140,13 +140,15 @@ class MergeSpec:
             the target: where a row's validity starts and ends (the ``sequence_by``
             type; the end null while current) and whether it is current. Default
             ``("valid_from", "valid_to", "is_current")``; a batch must not have them.
-        time_zone: The session time zone a predicate's zone-less timestamp literal
-            (``TIMESTAMP '2024-01-01 12:00:00'``) and ``year``/``month``/``day``/``hour``
-            of a timestamp are read in, as Spark reads them in
-            ``spark.sql.session.timeZone``: ``UTC``, an offset (``+05:30``) or a region
-            (``Europe/Paris``). Unset, a spec whose predicates read it records the
-            zone of the Spark session active when it is built, else ``UTC``; every
-            engine and every later recovery reads the recorded one.
+        time_zone: The session time zone (``spark.sql.session.timeZone``) a zone-less
+            timestamp literal and ``year``/``month``/``day``/``hour`` of a timestamp
+            are read in: ``UTC``, an offset (``+05:30``) or a region (``Europe/Paris``).
+            Unset, a spec whose predicates read it records the active Spark session's
+            zone, else ``UTC``; every engine and later recovery reads the recorded one.
+        ansi_mode: The ANSI mode (``spark.sql.ansi.enabled``) the predicates mean: on
+            (unset or ``True``) an overflow or zero divisor fails; off, they wrap or are
+            null. Unset, a spec with a predicate built in a session with it off records
+            ``False``; the ``spark`` engine refuses a session of the other mode.
 
     A spec with ``update_columns``, ``except_columns``,
     ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are
@@ -179,6 +181,7 @@ class MergeSpec:
     history_columns: Sequence[str] | None = None
     target_predicate: str | None = None
     time_zone: str | None = None
+    ansi_mode: bool | None = None
 
     def __post_init__(self) -> None:
         keys = rules.key_names(self.keys)
@@ -242,13 +245,7 @@ class MergeSpec:
         rules.check_not_matched_by_source(self)
         rules.check_replace(self)
         rules.check_flags(self, keys)
-        if self.time_zone is not None:
-            session_zone(self.time_zone)  # one deltasink reads, or refused by name
-        for name in PREDICATES:  # one boolean expression each, of allowed constructs
-            text = getattr(self, name)
-            reads_zone = text is not None and check(text, name, self.time_zone or "UTC")
-            if reads_zone and self.time_zone is None:  # the session's zone, recorded
-                object.__setattr__(self, "time_zone", session_zone())
+        rules.record_session(self, PREDICATES)  # time_zone, ansi_mode; each predicate checked
 
     def predicate(
         self,
@@ -273,10 +270,15 @@ class MergeSpec:
         if text is None:
             return None
         if columns is not None:
-            return translate(text, name, columns, dialect, self.time_zone)
+            return translate(text, name, columns, dialect, self.time_zone, self.ansi)
         if dialect != "spark":
             raise ValueError("a predicate for delta-rs is translated for the columns it reads")
         return render(text, dialect, f"MergeSpec.{name}")
+
+    @property
+    def ansi(self) -> bool:
+        """Whether the predicates mean Spark's ANSI mode (:attr:`ansi_mode`; unset: on)."""
+        return self.ansi_mode is not False
 
     @property
     def history(self) -> tuple[str, str, str]:
@@ -390,4 +392,5 @@ _OPTIONAL_FIELDS: dict[str, object] = {
     "target_predicate": None,
     "allow_missing_columns": False,
     "time_zone": None,
+    "ansi_mode": None,
 }

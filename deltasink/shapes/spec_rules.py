@@ -26,6 +26,7 @@ __all__ = [
     "check_source_condition",
     "check_target_predicate",
     "key_names",
+    "record_session",
 ]
 
 #: What an ``upsert`` does to target rows whose key is not in the batch.
@@ -300,3 +301,25 @@ def check_flags(spec: SpecFields, keys: tuple[str, ...]) -> None:
             raise ConfigurationError(f"MergeSpec.{flag} must be True or False, got {value!r}.")
     if spec.null_safe_keys and not keys:
         raise ConfigurationError("MergeSpec.null_safe_keys needs keys (mode='upsert' or 'insert').")
+
+
+def record_session(spec: Any, names: Sequence[str]) -> None:
+    """Check ``spec``'s predicates ``names`` (each one boolean expression of allowed
+    constructs) and record what of the Spark session they read: the time zone when one
+    reads it and ``time_zone`` is unset, ANSI mode off when ``ansi_mode`` is unset and
+    the active session has it off (:func:`~.sparksql.fields.session_ansi`)."""
+    from deltasink.shapes.sparksql.fields import check, session_ansi, session_zone
+
+    if spec.time_zone is not None:
+        session_zone(spec.time_zone)  # one deltasink reads, or refused by name
+    if spec.ansi_mode is not None and not isinstance(spec.ansi_mode, bool):
+        raise ConfigurationError(
+            f"MergeSpec.ansi_mode must be True, False or None, got {spec.ansi_mode!r}."
+        )
+    texts = {name: getattr(spec, name) for name in names}
+    if spec.ansi_mode is None and any(texts.values()) and not session_ansi():
+        object.__setattr__(spec, "ansi_mode", False)  # the session's mode, recorded
+    for name, text in texts.items():
+        reads_zone = text is not None and check(text, name, spec.time_zone or "UTC", spec.ansi)
+        if reads_zone and spec.time_zone is None:  # the session's zone, recorded
+            object.__setattr__(spec, "time_zone", session_zone())

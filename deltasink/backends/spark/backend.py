@@ -24,6 +24,7 @@ from deltasink.ops.origin import combine
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
 
+from .conf import require_ansi
 from .fencing import Fence
 from .logs import LogReader, SparkLogs
 from .maintenance import SparkMaintenance
@@ -206,6 +207,7 @@ class SparkBackend:
         """Validate ``batch`` for ``version`` on Spark without writing anything (the
         frame stays lazy); the named errors of :meth:`stage`."""
         spec = self.spec_for_new_versions()
+        require_ansi(self._sql.session(batch), spec)
         prepared = self._fit.prepare(batch, spec, version)
         return Prepared(version, prepared.rows, prepared)
 

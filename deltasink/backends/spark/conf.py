@@ -31,6 +31,7 @@ __all__ = [
     "USER_METADATA",
     "WRITE_CONFS",
     "delta_txn",
+    "require_ansi",
     "require_settable",
     "session_conf",
     "settable",
@@ -194,3 +195,32 @@ def require_settable(
                 table=table,
                 app_id=app_id,
             ) from exc
+
+
+ANSI = "spark.sql.ansi.enabled"
+
+
+def require_ansi(spark: Any, spec: Any) -> None:
+    """Refuse a session whose ANSI mode (``spark.sql.ansi.enabled``) is not the one
+    ``spec`` (a :class:`~deltasink.MergeSpec`) records for its predicates, before any
+    statement runs: this engine evaluates them in the session, where an overflow or a
+    zero divisor fails with ANSI mode on and is null (or wraps around) with it off,
+    while the embedded engine and a later recovery evaluate the recorded mode."""
+    from deltasink.errors import ConfigurationError
+    from deltasink.shapes.spec import PREDICATES
+
+    if not any(getattr(spec, name) for name in PREDICATES):
+        return
+    value = _get(spark, ANSI)
+    session = value is None or value.strip().lower() != "false"
+    if session == spec.ansi:
+        return
+    recorded, found = ("on", "off") if spec.ansi else ("off", "on")
+    raise ConfigurationError(
+        f"The MergeSpec's predicates mean Spark's ANSI mode {recorded} (ansi_mode="
+        f"{spec.ansi_mode!r}, recorded when the spec was built), but this Spark session has "
+        f"{ANSI}={'false' if spec.ansi else 'true'} (ANSI mode {found}), where they would "
+        f"fail or select other rows. Set {ANSI}={'true' if spec.ansi else 'false'} in the "
+        f"session, or build the spec with MergeSpec(ansi_mode={not spec.ansi}) for new "
+        "versions (versions already staged keep the recorded mode)."
+    )

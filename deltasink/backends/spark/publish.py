@@ -28,11 +28,12 @@ from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
 from deltasink.shapes.computed import refuse_carried_identity
 from deltasink.shapes.merge import replace_predicate
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec, check_definition
 
 from .computed import computed_of, write_select
-from .conf import delta_txn
+from .conf import delta_txn, require_ansi
 from .definition import create_target, read_definition, string_partitions
 from .errors import is_conflict
 from .fencing import Fence
@@ -58,6 +59,15 @@ class Unstaged:
     view: str
     session: Any
     prune: str | None
+
+
+def zoned(spec: MergeSpec, target: Any) -> dict[str, Any] | None:
+    """The target's column types when ``spec`` records a session time zone: its
+    predicates are then given to Spark translated (:mod:`deltasink.shapes.sparksql`), a
+    zone-less timestamp literal and ``hour(ts)`` read in the recorded zone, not the
+    session's; else ``None`` (Spark gets them as written: the session's ANSI mode is
+    the recorded one, :func:`.conf.require_ansi`)."""
+    return None if spec.time_zone is None else dict(types_of(target.schema))
 
 
 class TargetWriter:
@@ -155,6 +165,7 @@ class TargetWriter:
         """
         t = self.tables
         version = versions[-1]
+        require_ansi(unstaged.session if unstaged is not None else self._sql.session(), spec)
 
         def once() -> CommitResult:
             self._fence.check()
@@ -303,7 +314,9 @@ class TargetWriter:
                 else pa.table({})
             )
             blank = string_partitions(self._sql, t.target_ref, spec.replace_by or (), target)
-            predicate = replace_predicate(spec, distinct, spark=True, empty_as_null=blank)
+            predicate = replace_predicate(
+                spec, distinct, spark=True, empty_as_null=blank, types=zoned(spec, target)
+            )
             options = {"mergeSchema": "true"} if spec.schema_evolution else {}
             if predicate is not None:
                 options["replaceWhere"] = predicate
@@ -351,6 +364,7 @@ class TargetWriter:
                 prune=prune,
                 has_guard=guarded(spec, versions),
                 empty_as_null=string_partitions(self._sql, t.target_ref, spec.keys, target),
+                types=zoned(spec, target),
             )
             self._last_look(versions)
             with delta_txn(

@@ -5,12 +5,13 @@ several versions coalesced as :func:`deltasink.core.coalesce.coalesce` does), an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.reserved import RANK_COLUMN, column
 from deltasink.shapes.merge import compile_merge
+from deltasink.shapes.sparksql.types import SqlType
 from deltasink.shapes.spec import MergeSpec
 
 __all__ = ["guarded", "merge_sql", "source_sql"]
@@ -93,12 +94,14 @@ def merge_sql(
     prune: str | None = None,
     has_guard: bool = False,
     empty_as_null: Sequence[str] = (),
+    types: Mapping[str, SqlType] | None = None,
 ) -> str:
     """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
     :class:`~deltasink.shapes.merge.MergePlan` the embedded engine runs; ``prune`` (see
     :func:`.prune.key_prune`) is added to its join condition; ``has_guard``: the source
     carries the sequence guard (:func:`guarded`); ``empty_as_null``: see
-    :func:`.definition.string_partitions`."""
+    :func:`.definition.string_partitions`; ``types``: the target's column types, which
+    the predicates are translated for (else given as written)."""
     plan = compile_merge(
         spec,
         columns,
@@ -107,5 +110,6 @@ def merge_sql(
         has_guard=has_guard,
         spark=True,
         empty_as_null=empty_as_null,
+        spark_types=types,
     )
     return plan.to_sql(target_ref, f"({source})")

@@ -35,6 +35,7 @@ def write(
     evaluators: frozenset[Evaluator],
     scope: Scope,
     zone: str | None = None,
+    ansi: bool = True,
 ) -> tuple[str, bool]:
     """``tree`` written out for ``dialect`` with Spark's meaning.
 
@@ -47,6 +48,7 @@ def write(
         scope: How it names columns.
         zone: The recorded session time zone (a zone-less timestamp literal, ``year``
             of a timestamp...); ``None``: those are refused.
+        ansi: Spark's ANSI mode the predicate means (``spark.sql.ansi.enabled``).
 
     Returns:
         The text, and whether it read ``zone``.
@@ -55,5 +57,7 @@ def write(
         Refusal: A construct deltasink does not give these evaluators.
         KeyError: A column that is not in ``columns`` (its name).
     """
-    walker = Walker(columns=columns, dialect=dialect, evaluators=evaluators, scope=scope, zone=zone)
+    walker = Walker(
+        columns=columns, dialect=dialect, evaluators=evaluators, scope=scope, zone=zone, ansi=ansi
+    )
     return walker.predicate(tree), walker.zone_read

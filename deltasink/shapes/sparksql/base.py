@@ -81,8 +81,12 @@ class Base:
         evaluators: frozenset[Evaluator],
         scope: Scope,
         zone: str | None = None,
+        ansi: bool = True,
     ) -> None:
         self.columns = columns
+        #: Spark's ANSI mode the predicate means (``spark.sql.ansi.enabled``): on, an
+        #: overflow or a zero divisor fails; off, integers wrap around and those are null.
+        self.ansi = ansi
         #: The recorded session time zone (``None``: none recorded, what reads it is
         #: refused); :attr:`zone_read` tells whether the walk read it.
         self.zone = zone
@@ -205,6 +209,8 @@ class Base:
         (a failure then fails the query, as Spark's does), where they would also fold
         the failing branch."""
         converted = self.cast_sql(sql, source, kind)
+        if fails and not self.ansi:
+            return self.legacy_narrow(sql, source, kind)
         if not reads_columns(node) and fails:
             return converted
         low, high = integral_bounds(kind)
@@ -242,6 +248,49 @@ class Base:
         skipped = f" WHEN {skip} THEN {emit(None, kind, self.dialect)}" if skip else ""
         return f"(CASE WHEN {inside} THEN {converted}{skipped} ELSE {failing} END)"
 
+    def legacy_narrow(self, sql: str, source: SqlType, kind: SqlType) -> str:
+        """``CAST(sql AS kind)`` to an integral ``kind`` with ANSI mode off, as Spark
+        converts (Java's conversions): a whole number wraps around to ``kind``'s range
+        (a decimal truncated toward zero first); a float or double is truncated and
+        clamped to an ``int`` or ``bigint``'s range, NaN is 0, and for a narrower type
+        then wraps around. Never fails, so evaluated alike where Spark skips it."""
+        exact = SqlType("decimal", 38, 0)
+        if source.integral or source.name == "decimal":
+            whole = sql
+            if source.name == "decimal" and source.scale:  # the remainder has x's sign
+                one = emit(1, SqlType("decimal", 1, 0), self.dialect)
+                whole = f"({sql} - ({sql} % {one}))"
+            return self.wrap(self.cast_sql(whole, source, exact), kind)
+        double = SqlType("double")
+        x = self.cast_sql(sql, source, double) if source.name == "float" else sql
+        wide = kind if kind.name == "bigint" else SqlType("int")
+        low, high = integral_bounds(wide)
+        top, bottom = (
+            emit(float(high + 1), double, self.dialect),
+            emit(float(low), double, self.dialect),
+        )
+        outside = f"isnan({x}) OR {x} >= {top} OR {x} <= {bottom}"
+        inside = f"(CASE WHEN {outside} THEN {emit(0.0, double, self.dialect)} ELSE {x} END)"
+        clamped = (
+            f"(CASE WHEN isnan({x}) THEN {emit(0, wide, self.dialect)} "
+            f"WHEN {x} >= {top} THEN {emit(high, wide, self.dialect)} "
+            f"WHEN {x} <= {bottom} THEN {emit(low, wide, self.dialect)} "
+            f"ELSE {self.cast_sql(inside, double, wide)} END)"
+        )
+        if wide == kind:
+            return clamped
+        return self.wrap(self.cast_sql(clamped, wide, exact), kind)
+
+    def wrap(self, exact: str, kind: SqlType) -> str:
+        """The whole number ``exact`` (a ``DECIMAL(38,0)``) wrapped around to integral
+        ``kind``'s range, as Java's integer arithmetic and narrowing do: ``((x - low)
+        mod 2**bits) + low``, in decimals (exact on every engine)."""
+        low, high = integral_bounds(kind)
+        count = SqlType("decimal", 20, 0)
+        size, first = emit(high - low + 1, count, self.dialect), emit(low, count, self.dialect)
+        within = f"(((({exact} - {first}) % {size}) + {size}) % {size} + {first})"
+        return self.cast_sql(within, SqlType("decimal", 38, 0), kind)
+
     def nan_safe(self, part: Typed, *, zero: bool = False) -> Typed:
         """A float or double with every NaN made the one NaN Spark has, and -0.0 made
         0.0: DataFusion and Sail order a NaN with the sign bit set (what x86 arithmetic
@@ -270,6 +319,19 @@ def reads_columns(node: exp.Expr) -> bool:
     differential suite, seed 1453115599)."""
     if isinstance(node, exp.Column):
         return True
+    if isinstance(node, exp.Case) and node.this is None:  # a literal condition: folded
+        for branch in node.args.get("ifs") or []:  # (seed 250658533: WHEN True THEN 10)
+            condition = branch.this
+            if reads_columns(condition):
+                return True
+            if isinstance(condition, exp.Boolean) and condition.this:
+                return reads_columns(branch.args["true"])
+            if not isinstance(condition, exp.Boolean | exp.Null) and reads_columns(
+                branch.args["true"]
+            ):
+                return True
+        default = node.args.get("default")
+        return default is not None and reads_columns(default)
     if isinstance(node, exp.Coalesce):
         for arg in [node.this, *node.expressions]:
             if reads_columns(arg):

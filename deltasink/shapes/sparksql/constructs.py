@@ -105,6 +105,11 @@ CONSTRUCTS: tuple[Construct, ...] = (
     Construct("decimal literal", "qty * 0.1 = 0.3", "0.1 is a decimal in Spark: exact arithmetic"),
     Construct("+ - * of decimals", "amount * 2 > 10", "Spark's result precision and scale"),
     Construct("round", "round(amount, 1) = 1.5", "of decimals and integers: half up"),
+    Construct(
+        "bround",
+        "bround(amount, 1) = 2.6",
+        "of decimals and integers: half even (2.55 is 2.6, 2.65 is 2.6)",
+    ),
     Construct("cast to decimal", "CAST(qty AS DECIMAL(12,2)) > 1", "half up; out of range fails"),
     Construct("string column", "name = 'abc'", ""),
     Construct("string literal", "name = 'it\\'s'", "escapes read as Spark reads them"),
@@ -160,6 +165,11 @@ CONSTRUCTS: tuple[Construct, ...] = (
         "round of a double",
         "round(price, 2) = 1.01",
         "Spark's: the shortest decimal text rounded half up (round(1.005, 2) is 1.01)",
+    ),
+    Construct(
+        "bround of a double",
+        "bround(price, 2) = 0.12",
+        "Spark's: the shortest decimal text rounded half even (bround(0.125, 2) is 0.12)",
     ),
     Construct(
         "/ by a column",

@@ -38,7 +38,7 @@ from .base import DELTA_RS, EVERY, SAIL, Evaluator, Scope
 from .literals import Refusal
 from .types import SqlType
 
-__all__ = ["FIELDS", "Field", "FieldName", "check", "session_zone", "translate"]
+__all__ = ["FIELDS", "Field", "FieldName", "check", "session_ansi", "session_zone", "translate"]
 
 FieldName = Literal[
     "delete_when",
@@ -87,11 +87,12 @@ def _refused(field: Field, text: str, refusal: Refusal) -> ConfigurationError:
 
 
 @functools.lru_cache(maxsize=512)
-def check(text: str, name: FieldName, zone: str | None = None) -> bool:
+def check(text: str, name: FieldName, zone: str | None = None, ansi: bool = True) -> bool:
     """``text`` as field ``name`` when the spec or check is built: parsed as exactly one
     boolean expression, every construct allowed for the engines the field reaches.
     ``zone``: the recorded session time zone (:func:`session_zone`), or ``None`` (what
-    reads it is refused). Returns whether ``text`` reads the zone.
+    reads it is refused); ``ansi``: the recorded ANSI mode (:func:`session_ansi`).
+    Returns whether ``text`` reads the zone.
 
     Raises:
         ConfigurationError: It does not parse as one predicate, or uses a construct
@@ -109,6 +110,7 @@ def check(text: str, name: FieldName, zone: str | None = None) -> bool:
             evaluators=field.evaluators,
             scope=field.scope,
             zone=zone,
+            ansi=ansi,
         )
     except Refusal as refusal:
         raise _refused(field, text, refusal) from None
@@ -121,22 +123,29 @@ def translate(
     columns: Mapping[str, SqlType],
     dialect: Literal["spark", "delta-rs"],
     zone: str | None = None,
+    ansi: bool = True,
 ) -> str:
     """``text`` as field ``name`` written out for ``dialect`` over ``columns`` (the
     batch's or the target's, with their Spark types), with Spark's meaning; ``zone``
-    the recorded session time zone (``None``: what reads it is refused).
+    the recorded session time zone (``None``: what reads it is refused); ``ansi`` the
+    recorded ANSI mode (Spark's meaning with ``spark.sql.ansi.enabled`` so set).
 
     Raises:
         ConfigurationError: A construct refused for these column types.
         InvalidInputError: It names a column that is not among ``columns``.
     """
     key = tuple(sorted((c, str(t)) for c, t in columns.items()))
-    return _translate(text, name, key, dialect, zone)
+    return _translate(text, name, key, dialect, zone, ansi)
 
 
 @functools.lru_cache(maxsize=512)
 def _translate(
-    text: str, name: FieldName, key: tuple[tuple[str, str], ...], dialect: str, zone: str | None
+    text: str,
+    name: FieldName,
+    key: tuple[tuple[str, str], ...],
+    dialect: str,
+    zone: str | None,
+    ansi: bool,
 ) -> str:
     from deltasink.shapes.predicates import parse_predicate
 
@@ -153,6 +162,7 @@ def _translate(
             evaluators=field.evaluators,
             scope=field.scope,
             zone=zone,
+            ansi=ansi,
         )[0]
     except Refusal as refusal:
         raise _refused(field, text, refusal) from None
@@ -194,6 +204,27 @@ def session_zone(given: str | None = None) -> str:
             f"The time zone {zone!r}: {refusal.why}. {refusal.way_out}."
         ) from None
     return zone
+
+
+def session_ansi(given: bool | None = None) -> bool:
+    """Spark's ANSI mode a spec or check records (its predicates mean what Spark computes
+    with ``spark.sql.ansi.enabled`` so set): ``given``, else the active Spark session's
+    (classic or Spark Connect, when PySpark is loaded), else on (Spark 4's default)."""
+    import sys
+
+    if given is not None:
+        return bool(given)
+    if "pyspark.sql" in sys.modules:
+        try:
+            from pyspark.sql import SparkSession
+
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                value = active.conf.get("spark.sql.ansi.enabled")
+                return str(value).strip().lower() != "false"
+        except Exception:  # no usable session: the default
+            pass
+    return True
 
 
 def types_of(schema: object) -> dict[str, SqlType]:

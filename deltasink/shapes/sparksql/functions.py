@@ -72,6 +72,8 @@ class Functions(Strings, Base):
 
     def function(self, node: exp.Expr) -> Typed:
         handler = _FUNCTIONS.get(type(node))
+        if isinstance(node, exp.Anonymous) and str(node.this).lower() == "bround":
+            return self.bround(node)
         if handler is None:
             name = node.sql_name() if isinstance(node, exp.Func) else type(node).__name__
             if isinstance(node, exp.Anonymous):
@@ -85,8 +87,14 @@ class Functions(Strings, Base):
             )
         return handler(self, node)  # type: ignore[no-any-return]
 
-    def round_double(self, part: Typed, places: int) -> Typed:  # pragma: no cover
-        raise NotImplementedError  # the walker's (arithmetic.py)
+    def rounded(self, value: exp.Expr, digits: exp.Expr | None, *, even: bool) -> Typed:
+        raise NotImplementedError  # pragma: no cover - the walker's (arithmetic.py)
+
+    def bround(self, node: exp.Anonymous) -> Typed:
+        raise NotImplementedError  # pragma: no cover - the walker's (arithmetic.py)
+
+    def legacy_decimal(self, sql: str, source: SqlType, target: SqlType) -> str:
+        raise NotImplementedError  # pragma: no cover - the walker's (arithmetic.py)
 
     # -- CAST ----------------------------------------------------------------------------
 
@@ -112,6 +120,8 @@ class Functions(Strings, Base):
         if target.integral and not (source.integral and _wider(target, source)) and source.numeric:
             return Typed(self.narrow(part.sql, source, target, node), target)
         converted = self.cast_sql(part.sql, source, target)
+        if target.name == "decimal" and source.numeric and not self.ansi:
+            return Typed(self.legacy_decimal(part.sql, source, target), target)
         skip = " OR ".join(f"({s})" for s in self.skips if s)
         if target.name == "decimal" and source.numeric and skip:
             # A value too large for the decimal fails, on every engine, but only where
@@ -161,24 +171,7 @@ class Functions(Strings, Base):
     # -- numbers -------------------------------------------------------------------------
 
     def round_(self, node: exp.Round) -> Typed:
-        part = self.walk(node.this)
-        digits = node.args.get("decimals")
-        places = self.walk(digits) if digits is not None else Typed("0", INT, 0)
-        if not (places.literal and isinstance(places.value, int)) or places.value < 0:
-            raise Refusal(
-                "round with digits that are not a literal integer >= 0",
-                "deltasink rounds to a literal number of decimal places",
-                "write round(x, 2)",
-            )
-        kind = part.type
-        if kind.fractional:
-            return self.round_double(part, places.value)
-        self.need_number(part, "round")
-        if kind.integral or kind.name in ("unknown", "void"):
-            return part if kind.integral else Typed(f"round({part.sql}, {places.value})", kind)
-        scale = min(kind.scale, places.value)
-        result = SqlType("decimal", min(38, kind.precision - kind.scale + scale + 1), scale)
-        return Typed(self.cast_sql(f"round({part.sql}, {places.value})", kind, result), result)
+        return self.rounded(node.this, node.args.get("decimals"), even=False)
 
     def floor_ceil(self, node: exp.Floor | exp.Ceil) -> Typed:
         name = "floor" if isinstance(node, exp.Floor) else "ceil"

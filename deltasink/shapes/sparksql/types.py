@@ -175,11 +175,12 @@ def _wider_decimal(a: SqlType, b: SqlType) -> SqlType | None:
     return SqlType("decimal", whole + scale, scale)
 
 
-def common_type(a: SqlType, b: SqlType) -> SqlType | None:
+def common_type(a: SqlType, b: SqlType, *, ansi: bool = True) -> SqlType | None:
     """The type Spark compares ``a`` and ``b`` in (and unifies ``IN`` lists, ``CASE``
     branches and ``coalesce`` arguments to): ``None`` when deltasink does not take
     Spark's implicit conversion between them (a string and a number, a date and an
-    instant: their meaning depends on ANSI mode or the session's time zone)."""
+    instant: their meaning depends on ANSI mode or the session's time zone). ``ansi``:
+    Spark's ANSI mode (off, a float and an integer meet in FLOAT)."""
     if a == b:
         return a
     if a.name == "void":
@@ -189,6 +190,8 @@ def common_type(a: SqlType, b: SqlType) -> SqlType | None:
     if a.numeric and b.numeric:
         if a.name == "double" or b.name == "double":
             return DOUBLE
+        if (a.name == "float" or b.name == "float") and not ansi and (a.integral or b.integral):
+            return SqlType("float")  # without ANSI mode, Spark's numeric precedence
         if a.name == "float" or b.name == "float":
             # ANSI mode's least common type skips FLOAT (precision): a float and an
             # integer or decimal meet in DOUBLE (differential suite, seed 15583695:
@@ -202,16 +205,18 @@ def common_type(a: SqlType, b: SqlType) -> SqlType | None:
     return None
 
 
-def arithmetic_type(op: str, a: SqlType, b: SqlType) -> SqlType | None:
+def arithmetic_type(op: str, a: SqlType, b: SqlType, *, ansi: bool = True) -> SqlType | None:
     """The result type of ``a <op> b`` for ``op`` in ``+ - * %`` (Spark's rules), or
     ``None`` when Spark would round (a decimal result wider than 38 digits) or the
-    operands are not numbers."""
+    operands are not numbers. ``ansi``: as :func:`common_type`."""
     if not (a.numeric and b.numeric):
         return None
     if a.integral and b.integral:
         return _wider_integral(a, b)
     if a.fractional or b.fractional:
-        return SqlType("float") if a.name == b.name == "float" else DOUBLE
+        both = a.name == b.name == "float"
+        floats = not ansi and "float" in (a.name, b.name) and (a.integral or b.integral)
+        return SqlType("float") if both or floats else DOUBLE
     a, b = a.as_decimal(), b.as_decimal()
     whole_a, whole_b = a.precision - a.scale, b.precision - b.scale
     if op in ("+", "-"):

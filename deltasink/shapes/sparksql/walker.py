@@ -18,6 +18,7 @@ Spark's, written so that Spark, Sail and DataFusion compute the same thing:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sqlglot.expressions as exp
@@ -183,7 +184,7 @@ class Walker(Arithmetic, Functions):
         target: SqlType | None = SqlType("void")
         for kind in anchors:
             assert target is not None
-            target = common_type(target, kind)
+            target = common_type(target, kind, ansi=self.ansi)
             if target is None:
                 break
         if target is not None and target.name == "void" and len(anchors) < len(parts):
@@ -193,6 +194,8 @@ class Walker(Arithmetic, Functions):
             if wide:
                 target = None  # a decimal of over 15 digits need not be one double
         converting = target is not None and target.name != "string" and len(anchors) < len(parts)
+        if converting and target is not None and not self.ansi:
+            self.legacy_strings(parts, target, where)
         if converting and target is not None and not self.converts(target):
             target = None
         if target is None:
@@ -206,6 +209,25 @@ class Walker(Arithmetic, Functions):
                 "(DATE '2024-01-31', 3, 'text') or an explicit CAST",
             )
         return [self.cast(p, target) for p in parts]
+
+    @staticmethod
+    def legacy_strings(parts: list[Typed], target: SqlType, where: str) -> None:
+        """With ANSI mode off Spark converts a string literal beside a number by other
+        rules, and meets a date in ``IN``, ``CASE``, ``if``, ``coalesce`` as strings:
+        refused, but in ``IN`` a date spelled as Spark writes one (the same rows)."""
+        texts = [p.value for p in parts if p.literal and p.type.name == "string"]
+        spelled = all(isinstance(t, str) and _ISO_DATE.fullmatch(t) for t in texts)
+        if target.name in _DATES and where not in ("IN", "CASE", "if", "coalesce"):
+            return
+        if target.name == "date" and where == "IN" and spelled:
+            return
+        raise Refusal(
+            f"{where} between a string literal and a {target} with ANSI mode off",
+            "without ANSI mode Spark converts the two sides by other rules (a string "
+            "that does not convert is null, a number's text is truncated; beside a "
+            "date in a list, the date's text is compared)",
+            f"write a literal of the {target} type (3, not '3'; DATE '2024-01-05')",
+        )
 
     @staticmethod
     def converts(kind: SqlType) -> bool:
@@ -348,6 +370,8 @@ class Walker(Arithmetic, Functions):
         return Typed("coalesce(" + ", ".join(p.sql for p in parts) + ")", kind)
 
 
+_DATES = ("date", "timestamp", "timestamp_ntz", "void")
+_ISO_DATE = re.compile(r"(?!0000)[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _PREDICATES = (exp.Is, exp.Like, exp.ILike, exp.RegexpLike, exp.In, exp.Between, exp.Escape)
 
 _HANDLERS: dict[type, Any] = {
