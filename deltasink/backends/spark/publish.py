@@ -2,7 +2,7 @@
 versions (:mod:`.sources`: one query, and the ``MERGE INTO`` compiled from the embedded
 engine's :class:`~deltasink.shapes.merge.MergePlan`) to the target in ONE commit carrying
 ``txn(app_id, version)``: the SQL confs set around the MERGE, or the DataFrameWriter
-options for an append.
+options for an append (each mode's statement: :data:`.modes.WRITE_MODE`).
 """
 
 from __future__ import annotations
@@ -255,7 +255,9 @@ class TargetWriter:
         origin: str | None = None,
     ) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check
-        skips the commit when the target's marker already covers the version."""
+        skips the commit when the target's marker already covers the version. The
+        target and the batch are read once (the snapshot the commit is made on), then
+        the mode's statement runs (:data:`.modes.WRITE_MODE`)."""
         t = self.tables
         relation = t.staging_ref if unstaged is None else unstaged.view
         cost = telemetry.metadata()  # what the commit cost so far (its attempt, conflicts)
