@@ -34,7 +34,7 @@ STEPS = (
     ("deltasink.backends.deltalog.staging", "StagingLog.read"),
     ("deltasink.backends.embedded.backend", "coalesce"),
     ("deltasink.backends.embedded.publish", "TargetWriter.apply"),
-    ("deltasink.backends.embedded.publish", "align_to_target"),
+    ("deltasink.backends.embedded.attempt", "align_to_target"),
     ("deltalake.table", "TableMerger.execute"),
     ("deltalake.writer", "write_deltalake"),
     ("deltasink.backends.embedded.stage", "StagingWriter.drop"),

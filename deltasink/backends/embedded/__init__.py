@@ -12,8 +12,9 @@ jobs; what both engines read and write with delta-rs is in
   publish intent.
 * :mod:`.fencing`: creating the staging table and fencing its writers; :mod:`.stage`:
   writing it; :mod:`.gc`: expiring it; :mod:`.cache`: batches kept for their publish.
-* :mod:`.publish`: the target table's commits, one writer per merge mode in
-  :mod:`.modes`; :mod:`.prune`: what file statistics prove about a batch;
+* :mod:`.publish`: the target table's commits (retries, then the post-commit work),
+  each attempt's steps in :mod:`.attempt` (the markers checked, the batch shaped,
+  written), one writer per merge mode in :mod:`.modes`; :mod:`.prune`: what file statistics prove about a batch;
   :mod:`.scd2`: SCD2 on delta-rs; :mod:`.features`: the table features delta-rs writes.
 * :mod:`.audit`: write-audit-publish; :mod:`.maintenance`: the maintenance port.
 """

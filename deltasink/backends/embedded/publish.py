@@ -10,37 +10,33 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import QueryBuilder
 from deltalake.exceptions import CommitFailedError
-from deltalake.schema import Schema as DeltaSchema
 
 from deltasink import _faults
-from deltasink.backends.deltalog.commits import commit_properties, now_ms, post_commit_hooks
+from deltasink.backends.deltalog.commits import commit_properties, now_ms
 from deltasink.backends.deltalog.history import commits
-from deltasink.backends.deltalog.tables import arrow_schema, note_commit, txn_version
+from deltasink.backends.deltalog.tables import arrow_schema, note_commit
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError
-from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
 from deltasink.shapes.partitions import string_partitions
-from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.spec_rules import check_source_condition
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
+from .attempt import covered, mode_batch, write
 from .compaction import auto_compact, compact_after_commit
 from .constraints import ConstraintJudge
 from .creating import create_target
 from .features import definition_takes, refuse_unwritable
-from .grouping import Request, StaleGroup, queue_for
-from .modes import WRITE_MODE, ModeBatch
+from .grouping import Request, queue_for
 from .scd2 import created_rows
 from .timestamps import Int96Guard
 
@@ -48,6 +44,8 @@ __all__ = ["TargetWriter"]
 
 #: Attempts of a commit that lost only to compactions, beyond ``max_attempts``.
 _COMPACTION_RETRIES = 16
+#: The row counts a commit's result gives (delta-rs's ``num_target_rows_<count>``).
+_COUNTS = ("inserted", "updated", "deleted")
 
 
 class TargetWriter(TargetLog):
@@ -221,8 +219,33 @@ class TargetWriter(TargetLog):
             StaleGroup: One of ``markers`` is already in the target (a group commit
                 then leaves it out).
         """
-        extra = dict(metadata)
         recorder = telemetry.current()
+        once = self._attempt(
+            data, spec, app_id, version, versions, metadata, before_attempt, markers, recorder
+        )
+        since = now_ms()
+        with turn(self.uri):  # this machine's writers of the target: one at a time
+            result = self._retried(once, app_id, version, recorder)
+        self._after_commit(result, app_id, version, since, recorder)
+        return result
+
+    def _attempt(
+        self,
+        data: pa.Table,
+        spec: MergeSpec,
+        app_id: str,
+        version: int,
+        versions: Sequence[int],
+        metadata: Mapping[str, Any],
+        before_attempt: Callable[[], object] | None,
+        markers: Mapping[str, int] | None,
+        recorder: telemetry.Recorder | None,
+    ) -> Callable[[], CommitResult]:
+        """One attempt as :meth:`_retried` runs it: the fencing check and the commit's
+        telemetry so far before each :meth:`_apply_once`; one that lost only to
+        compactions (rows unchanged) is redone at once, without using up an attempt, so
+        a busy compactor cannot stop the writer."""
+        extra = dict(metadata)
 
         def once() -> CommitResult:
             for free in range(_COMPACTION_RETRIES, -1, -1):
@@ -234,32 +257,50 @@ class TargetWriter(TargetLog):
                 try:
                     result = self._apply_once(data, spec, app_id, version, extra, versions, markers)
                 except CommitFailedError:
-                    # Lost only to compactions (rows unchanged): again at once, without
-                    # using up an attempt, so a busy compactor cannot stop the writer.
                     if free and self._only_compactions_since(self._attempt_base):
                         continue
                     raise
                 return replace(result, versions=tuple(versions)) if len(versions) > 1 else result
             raise AssertionError("unreachable")
 
-        since = now_ms()
-        with turn(self.uri):  # this machine's writers of the target: one at a time
-            result = retry(
-                once,
-                attempts=self.max_attempts,
-                retryable=lambda exc: isinstance(exc, CommitFailedError),
-                exhausted=lambda n, exc: CommitError(
-                    f"the commit of version {version} into {self.uri} conflicted with "
-                    f"concurrent writers {n} times in a row (last: {exc}). Retry later "
-                    "(recover()), or reduce concurrent writes to the table.",
-                    table=self.uri,
-                    app_id=app_id,
-                    version=version,
-                ),
-                what=f"the commit of version {version} into {self.uri}",
-                recorder=recorder,
-                winner=self.newest_commit,
-            )
+        return once
+
+    def _retried(
+        self,
+        once: Callable[[], CommitResult],
+        app_id: str,
+        version: int,
+        recorder: telemetry.Recorder | None,
+    ) -> CommitResult:
+        """``once`` until it does not conflict, up to ``max_attempts`` times (jittered
+        backoff, :func:`~deltasink.retry.retry`). Raises :class:`CommitError` after."""
+        return retry(
+            once,
+            attempts=self.max_attempts,
+            retryable=lambda exc: isinstance(exc, CommitFailedError),
+            exhausted=lambda n, exc: CommitError(
+                f"the commit of version {version} into {self.uri} conflicted with "
+                f"concurrent writers {n} times in a row (last: {exc}). Retry later "
+                "(recover()), or reduce concurrent writes to the table.",
+                table=self.uri,
+                app_id=app_id,
+                version=version,
+            ),
+            what=f"the commit of version {version} into {self.uri}",
+            recorder=recorder,
+            winner=self.newest_commit,
+        )
+
+    def _after_commit(
+        self,
+        result: CommitResult,
+        app_id: str,
+        version: int,
+        since: int,
+        recorder: telemetry.Recorder | None,
+    ) -> None:
+        """After the commit: the rows it changed to the telemetry, then the target
+        auto-compacted when its properties ask for it (never raises)."""
         if recorder is not None and result.target_version is not None:
             changes = self.changes(result.target_version)
             if changes is not None:
@@ -274,7 +315,6 @@ class TargetWriter(TargetLog):
                 since_ms=since,
                 storage_options=self._options,
             )
-        return result
 
     def _apply_once(
         self,
@@ -286,6 +326,10 @@ class TargetWriter(TargetLog):
         versions: Sequence[int],
         markers: Mapping[str, int] | None = None,
     ) -> CommitResult:
+        """One attempt on the newest snapshot: the target created from the batch, or the
+        batch checked against it (its definition, its constraints, then the markers:
+        :func:`~.attempt.covered`), shaped for its mode and written
+        (:func:`~.attempt.write`); then the commit's marker noted as the target's state."""
         start = time.perf_counter()
         props = commit_properties(
             app_id=app_id,
@@ -300,73 +344,25 @@ class TargetWriter(TargetLog):
             rows = created_rows(data, spec) if spec.mode == "scd2" else data
             created = create_target(self, rows, props, list(versions) or [version])
             if created is not None:
-                return self._result(version, data, created, start, inserted=created[1])
+                return self._result(version, data, created[0], start, {"inserted": created[1]})
             table = self.open()
             assert table is not None
         spec = definition_takes(table, data, spec, self.uri)  # refused, not a lost race
         self.constraints.check(table, data, spec, versions=versions or [version], app_id=app_id)
-        marker = txn_version(table, app_id)
-        if marker is not None and marker >= version:
+        if covered(table, self.uri, app_id, version, versions, markers):
             return CommitResult(version, "already_committed", rows=data.num_rows)
-        carried = {a: m for a in markers or {} if (m := txn_version(table, a)) is not None}
-        if any(carried[a] >= v for a, v in (markers or {}).items() if a in carried):
-            raise StaleGroup(f"a carried version is in {self.uri} already: {carried}")
-        if marker is not None and versions and marker >= versions[0]:
-            # Another writer committed part of this coalesced run meanwhile: applying
-            # the whole run would apply that part twice. The caller goes one by one.
-            raise CommitError(
-                f"the target's marker moved to {marker}, inside the coalesced versions "
-                f"{list(versions)}",
-                table=self.uri,
-                app_id=app_id,
-                version=version,
-            )
-        flag = data.column(DELETE_COLUMN) if DELETE_COLUMN in data.column_names else None
-        guard = data.column(GUARD_COLUMN) if GUARD_COLUMN in data.column_names else None
-        values = data.drop_columns(
-            [c for c in (DELETE_COLUMN, GUARD_COLUMN) if c in data.column_names]
-        )
-        values = align_to_target(
-            values,
-            arrow_schema(table),
-            evolve=spec.schema_evolution,
-            table=self.uri,
-            non_null_mask=None if flag is None else pc.invert(flag),
-        )
+        batch = mode_batch(table, data, spec, props, self.uri, self._int96.check)
         before = self._attempt_base = table.version()
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
-        blank = string_partitions(arrow_schema(table), table.metadata().partition_columns)
-        batch = ModeBatch(
-            table, values, flag, guard, spec, props, self.uri, blank, self._int96.check
-        )
-        metrics = WRITE_MODE[spec.mode](batch)
-        if table.version() == before:
-            # delta-rs makes no commit when nothing changed (an empty batch, or only
-            # older sequence_by rows): commit the marker alone so the version counts.
-            table.create_write_transaction(
-                [],
-                mode="append",
-                schema=DeltaSchema.from_arrow(arrow_schema(table)),
-                commit_properties=props,
-                post_commithook_properties=post_commit_hooks(table),
-            )
-            table.update_incremental()
+        metrics = write(batch, before)
         # This commit's marker, known without reading the commit back (the state read of
         # the next write, and a replay, answer from it).
         note_commit(table, before, {app_id: version, **(markers or {})})
         if table.version() == before + 1:
             self.note_own_commit(table)
         _faults.point("publish.after_target_commit")
-        return CommitResult(
-            version,
-            "committed",
-            rows=data.num_rows,
-            target_version=table.version(),
-            rows_inserted=int(metrics.get("num_target_rows_inserted", 0)),
-            rows_updated=int(metrics.get("num_target_rows_updated", 0)),
-            rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
-            duration_s=time.perf_counter() - start,
-        )
+        counts = {k: int(metrics.get(f"num_target_rows_{k}", 0)) for k in _COUNTS}
+        return self._result(version, data, table.version(), start, counts)
 
     def _only_compactions_since(self, base: int | None) -> bool:
         """Whether every commit after version ``base`` of the target is a compaction
@@ -380,15 +376,16 @@ class TargetWriter(TargetLog):
 
     @staticmethod
     def _result(
-        version: int, data: pa.Table, created: tuple[int, int], start: float, *, inserted: int
+        version: int, data: pa.Table, target_version: int, start: float, rows: Mapping[str, int]
     ) -> CommitResult:
+        """A committed version's result: ``rows`` inserted, updated and deleted."""
         return CommitResult(
             version,
             "committed",
             rows=data.num_rows,
-            target_version=created[0],
-            rows_inserted=inserted,
-            rows_updated=0,
-            rows_deleted=0,
+            target_version=target_version,
+            rows_inserted=rows.get("inserted", 0),
+            rows_updated=rows.get("updated", 0),
+            rows_deleted=rows.get("deleted", 0),
             duration_s=time.perf_counter() - start,
         )

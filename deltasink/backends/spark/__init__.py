@@ -37,7 +37,9 @@ The modules, one concept each:
 * :mod:`~deltasink.backends.spark.session`: statements and ``txn``-tagged writes on the
   session; :mod:`~deltasink.backends.spark.conf`: the scoped ``txn`` confs;
   :mod:`~deltasink.backends.spark.errors`: which errors are conflicts, by type.
-* :mod:`~deltasink.backends.spark.validate`: batch validation on Spark.
+* :mod:`~deltasink.backends.spark.validate`: batch validation on Spark;
+  :mod:`~deltasink.backends.spark.keys`: the batch's keys (normalised, bounded, one row
+  per key).
 * :mod:`~deltasink.backends.spark.ledger`: the staging history's ``userMetadata``
   records (empty versions, columns per version).
 * :mod:`~deltasink.backends.spark.logs`: the writer's state from both logs, read by one
@@ -45,8 +47,10 @@ The modules, one concept each:
 * :mod:`~deltasink.backends.spark.schemas`: what a batch must fit.
 * :mod:`~deltasink.backends.spark.fencing`: the writer epoch.
 * :mod:`~deltasink.backends.spark.stage`: writing the staging table.
-* :mod:`~deltasink.backends.spark.publish`: the source query, the MERGE, the target
-  commit; :mod:`~deltasink.backends.spark.prune`: the MERGE's key-range predicate.
+* :mod:`~deltasink.backends.spark.publish`: the target commit, its marker and retries;
+  :mod:`~deltasink.backends.spark.modes`: each mode's statement (``WRITE_MODE``);
+  :mod:`~deltasink.backends.spark.sources`: the source query and the MERGE;
+  :mod:`~deltasink.backends.spark.prune`: the MERGE's key-range predicate.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 versions (:mod:`.sources`: one query, and the ``MERGE INTO`` compiled from the embedded
 engine's :class:`~deltasink.shapes.merge.MergePlan`) to the target in ONE commit carrying
 ``txn(app_id, version)``: the SQL confs set around the MERGE, or the DataFrameWriter
-options for an append.
+options for an append (each mode's statement: :data:`.modes.WRITE_MODE`).
 """
 
 from __future__ import annotations
@@ -14,35 +14,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from deltasink import _faults
 from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ForeignWriterError
-from deltasink.input.arrow import spark_arrow
-from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
+from deltasink.input.sql import quote
 from deltasink.ops.history import history_from_commits, user_metadata
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.retry import retry
 from deltasink.shapes.computed import refuse_carried_identity
-from deltasink.shapes.merge import replace_predicate
-from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec, check_definition
 
-from .computed import computed_of, write_select
-from .conf import delta_txn, require_ansi
-from .definition import create_target, read_definition, string_partitions
+from .computed import computed_of
+from .conf import require_ansi
+from .definition import read_definition
 from .errors import is_conflict
 from .fencing import Fence
 from .logs import SparkLogs
-from .prune import key_prune
-from .scd2 import history_changes, history_merge_sql
+from .modes import WRITE_MODE, Attempt
 from .session import SparkSql
-from .sources import guarded, merge_sql, source_sql
-from .tables import Tables, struct
+from .sources import source_sql
+from .tables import Tables
 from .validate import PreparedFrame
 
 __all__ = ["TargetWriter", "Unstaged"]
@@ -59,15 +53,6 @@ class Unstaged:
     view: str
     session: Any
     prune: str | None
-
-
-def zoned(spec: MergeSpec, target: Any) -> dict[str, Any] | None:
-    """The target's column types when ``spec`` records a session time zone: its
-    predicates are then given to Spark translated (:mod:`deltasink.shapes.sparksql`), a
-    zone-less timestamp literal and ``hour(ts)`` read in the recorded zone, not the
-    session's; else ``None`` (Spark gets them as written: the session's ANSI mode is
-    the recorded one, :func:`.conf.require_ansi`)."""
-    return None if spec.time_zone is None else dict(types_of(target.schema))
 
 
 class TargetWriter:
@@ -272,105 +257,37 @@ class TargetWriter:
         origin: str | None = None,
     ) -> None:
         """One attempt, without checking the marker first: Delta's own ``txn`` check
-        skips the commit when the target's marker already covers the version."""
+        skips the commit when the target's marker already covers the version. The
+        target and the batch are read once (the snapshot the commit is made on), then
+        the mode's statement runs (:data:`.modes.WRITE_MODE`)."""
         t = self.tables
-        version = versions[-1]
         relation = t.staging_ref if unstaged is None else unstaged.view
         cost = telemetry.metadata()  # what the commit cost so far (its attempt, conflicts)
-        metadata = user_metadata("commit", t.app_id, version, versions, origin, cost)
+        metadata = user_metadata("commit", t.app_id, versions[-1], versions, origin, cost)
         source = source_sql(relation, versions, columns, spec)
         spark = self._sql.session() if unstaged is None else unstaged.session
         target = self._logs.target_frame(spark)  # one session per statement
         computed = computed_of(spark, t, target)  # on the snapshot the commit is made on
         refuse_carried_identity(computed, columns, table=t.target)
         _faults.point("publish.before_target_commit", versions=list(versions))
-        history, blank = None, list[str]()
-        if spec.mode == "scd2":  # the changes to the target's history, merged below
-            if target is not None:
-                blank = string_partitions(self._sql, t.target_ref, spec.keys, target)
-            history = history_changes(spark, source, target, spec, blank)
-        if target is not None and history is not None:
-            if spec.schema_evolution:
-                wanted = struct([f for f in history.schema.fields if f.name != DELETE_COLUMN])
-                self._sql.add_columns(t.target_ref, wanted, target.columns)
-            view = f"deltasink_history_{uuid.uuid4().hex}"
-            history.createOrReplaceTempView(view)
-            statement = history_merge_sql(t.target_ref, spec, list(history.columns), view, blank)
-            self._last_look(versions)
-            try:
-                with delta_txn(
-                    spark, t.app_id, version, user_metadata=metadata, extra=self._sql.write_confs
-                ):
-                    spark.sql(statement).collect()
-            finally:
-                spark.catalog.dropTempView(view)
-        elif target is not None and spec.mode == "replace":
-            frame = spark.sql(source)
-            select = write_select(target.schema.fields, frame.columns, computed)
-            select += [quote(c) for c in frame.columns if c not in set(target.columns)]
-            distinct = (
-                spark_arrow(frame.select(*spec.replace_by).distinct())
-                if spec.replace_by
-                else pa.table({})
-            )
-            blank = string_partitions(self._sql, t.target_ref, spec.replace_by or (), target)
-            predicate = replace_predicate(
-                spec, distinct, spark=True, empty_as_null=blank, types=zoned(spec, target)
-            )
-            options = {"mergeSchema": "true"} if spec.schema_evolution else {}
-            if predicate is not None:
-                options["replaceWhere"] = predicate
-            self._sql.write(  # nothing to replace: an empty append carries the marker
-                frame.selectExpr(*select),
-                t.target,
-                txn=(t.app_id, version),
-                user_metadata=metadata,
-                mode="append" if predicate is None else "overwrite",
-                options=options,
-            )
-        elif target is None or spec.mode in ("append", "replace"):
-            frame = spark.sql(source) if history is None else history
-            if spec.delete_when or history is not None:
-                frame = frame.where(f"NOT {quote(DELETE_COLUMN)}").drop(DELETE_COLUMN)
-            # A coalesced run creating the target: its guard is compared, never written.
-            frame = frame.drop(GUARD_COLUMN)
-            options = {"mergeSchema": "true"} if spec.schema_evolution else {}
-            if target is None and self.table_spec is not None:
-                create_target(self._sql, t, frame.schema, self.table_spec)
-            if target is not None:  # every target column: its default, or NULL, or computed
-                select = write_select(target.schema.fields, frame.columns, computed)
-                select += [quote(c) for c in frame.columns if c not in set(target.columns)]
-                frame = frame.selectExpr(*select)
-            self._last_look(versions)
-            self._sql.write(
-                frame, t.target, txn=(t.app_id, version), user_metadata=metadata, options=options
-            )
-        else:
-            if spec.schema_evolution:
-                staged = spark.sql(source).schema
-                wanted = struct([f for f in staged.fields if f.name in set(columns)])
-                self._sql.add_columns(t.target_ref, wanted, target.columns)
-            if unstaged is not None:  # bounded by its validation
-                prune = unstaged.prune
-            elif spec.prunable:  # never with NOT MATCHED BY SOURCE: see MergeSpec.prunable
-                prune = key_prune(spark, relation, versions, spec.keys, target.schema)
-            else:
-                prune = None
-            statement = merge_sql(
-                t.target_ref,
-                spec,
-                columns,
-                source,
-                prune=prune,
-                has_guard=guarded(spec, versions),
-                empty_as_null=string_partitions(self._sql, t.target_ref, spec.keys, target),
-                types=zoned(spec, target),
-            )
-            self._last_look(versions)
-            with delta_txn(
-                spark, t.app_id, version, user_metadata=metadata, extra=self._sql.write_confs
-            ):
-                spark.sql(statement).collect()
+        attempt = Attempt(
+            sql=self._sql,
+            tables=t,
+            spark=spark,
+            versions=versions,
+            columns=columns,
+            spec=spec,
+            relation=relation,
+            source=source,
+            target=target,
+            computed=computed,
+            metadata=metadata,
+            table_spec=self.table_spec,
+            unstaged=unstaged is not None,
+            prune=None if unstaged is None else unstaged.prune,
+            last_look=lambda: self._last_look(versions),
+        )
+        WRITE_MODE[spec.mode](attempt)
         _faults.point("publish.after_target_commit")
 
     def result(self, version: int, rows: int, seconds: float) -> CommitResult:

@@ -13,21 +13,21 @@ from typing import Any
 import pyarrow as pa
 
 from deltasink.errors import (
-    DuplicateKeyError,
     KeyColumnError,
     SchemaMismatchError,
 )
 from deltasink.input.arrow import collect_empty, is_spark_dataframe, spark_empty, spark_frame
-from deltasink.input.batch import SCD2_DUPLICATES, check_required, collect, prepare
+from deltasink.input.batch import check_required, collect, prepare
 from deltasink.input.keys import nan_key_error
 from deltasink.input.rows import check_row_predicates
 from deltasink.input.sql import DELETE_COLUMN, delete_expr, quote
-from deltasink.reserved import RANK_COLUMN, ROW_COLUMN, column
+from deltasink.reserved import column
 from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.spec_rules import check_source_condition
 
-from .prune import bound_exprs, predicate_from_bounds, prunable_keys
+from .keys import blank_keys, bounded_keys, normalise_keys, one_row_per_key
+from .prune import bound_exprs, predicate_from_bounds
 from .session import SparkSql
 from .tables import ddl_type
 
@@ -39,9 +39,6 @@ __all__ = [
     "prepare_frame",
     "require_dataframe",
 ]
-
-_ROW = ROW_COLUMN
-_HINT = "Deduplicate in the job, or set MergeSpec(sequence_by=...) to keep the latest row per key."
 
 
 @dataclass(frozen=True)
@@ -142,6 +139,35 @@ def prepare_frame(
         InvalidInputError: As :func:`~deltasink.input.batch.prepare`, plus a bad
             ``delete_when``.
     """
+    zero, target_arrow = _checked_schema(df, spec, target, expected)
+    frame = df.selectExpr("*", delete_expr(spec, types_of(zero.schema))) if spec.delete_when else df
+    frame, float_keys = normalise_keys(frame, spec.keys)
+    frame = blank_keys(frame, blank)  # '' and null: one key, carried as ''
+    not_null = [
+        f.name
+        for f in (target_arrow or [])
+        if not f.nullable and f.name in zero.column_names and f.name != DELETE_COLUMN
+    ]
+    bounded = bounded_keys(spec, target, frame)
+    stats, bounds = _batch_stats(frame, spec, not_null, bounded, float_keys)
+    _check_required_values(spec, stats)
+    staged = prepare(zero, spec, target_arrow, target=table, computed=computed)  # types, columns
+    _check_not_null_and_nan(stats, not_null, float_keys, table=table)
+    frame, rows = one_row_per_key(frame, spec, stats)
+    columns = tuple(c for c in staged.column_names if c != DELETE_COLUMN)
+    select = _target_typed(frame, spec, columns, target, expected)
+    prune = predicate_from_bounds(bounds, bounded) if bounded else None
+    return PreparedFrame(frame.selectExpr(*select), columns, int(rows), prune)
+
+
+def _checked_schema(
+    df: Any, spec: MergeSpec, target: Any | None, expected: Expected | None
+) -> tuple[pa.Table, pa.Schema | None]:
+    """The checks on the batch's names, before any row is counted: the key and
+    ``sequence_by`` columns present, every row satisfying ``replace_where`` and
+    ``target_predicate``. Returns the batch's zero-row Arrow form and the schema it must
+    fit (the target's, or the one ``expected`` pending versions leave; ``None``: no
+    target yet)."""
     zero = collect_empty(df, spec)  # names; delete_when analysed by the df's session
     check_required(zero, spec)  # missing key / sequence_by columns
     if spec.replace_where or spec.target_predicate:  # every row satisfies them
@@ -149,22 +175,15 @@ def prepare_frame(
     target_arrow: pa.Schema | None = None if target is None else spark_empty(target).schema
     if expected is not None:
         target_arrow = expected.schema
-    frame = df.selectExpr("*", delete_expr(spec, types_of(zero.schema))) if spec.delete_when else df
-    frame, float_keys = _normalise_keys(frame, spec.keys)
-    if blank:  # '' and null: one key, carried as ''
-        frame = frame.selectExpr(
-            *(
-                f"coalesce({quote(c)}, '') AS {quote(c)}" if c in blank else quote(c)
-                for c in frame.columns
-            )
-        )
-    not_null = [
-        f.name
-        for f in (target_arrow or [])
-        if not f.nullable and f.name in zero.column_names and f.name != DELETE_COLUMN
-    ]
-    bounded = _bounded_keys(spec, target, frame)
-    stats, bounds = _batch_stats(frame, spec, not_null, bounded, float_keys)
+    return zero, target_arrow
+
+
+def _check_required_values(spec: MergeSpec, stats: Mapping[str, int]) -> None:
+    """No key or ``sequence_by`` value is null, save where the spec allows it.
+
+    Raises:
+        KeyColumnError: One is, in the rows ``stats`` counted.
+    """
     for i, name in enumerate(spec.required_columns):
         if stats[f"null_{i}"] and not spec.nullable(name):
             role = spec.role(name)
@@ -173,7 +192,17 @@ def prepare_frame(
                 f"every row needs a {role}. Filter or fill them in the job.",
                 column=name,
             )
-    staged = prepare(zero, spec, target_arrow, target=table, computed=computed)  # types, columns
+
+
+def _check_not_null_and_nan(
+    stats: Mapping[str, int], not_null: Sequence[str], float_keys: Sequence[str], *, table: str
+) -> None:
+    """No live row is null in a NOT NULL column of the target, no float key is NaN.
+
+    Raises:
+        SchemaMismatchError: A NOT NULL column is null.
+        InvalidInputError: A float key is NaN (:func:`~deltasink.input.keys.nan_key_error`).
+    """
     for i, name in enumerate(not_null):
         if stats[f"notnull_{i}"]:
             raise SchemaMismatchError(
@@ -185,19 +214,17 @@ def prepare_frame(
     for i, name in enumerate(float_keys):
         if stats[f"nan_{i}"]:
             raise nan_key_error(name, stats[f"nan_{i}"])
-    rows = stats["n"]
-    if spec.mode == "scd2":  # one event per key and sequence value
-        if stats["keys"] != stats["n"]:
-            _raise_duplicates(
-                frame, spec.event_columns, stats["n"] - stats["keys"], SCD2_DUPLICATES
-            )
-    elif spec.keys:
-        if spec.sequence_by:
-            frame = _latest_per_key(frame, spec.keys, spec.sequence_by)
-            rows = stats["keys"]
-        elif stats["keys"] != stats["n"]:
-            _raise_duplicates(frame, spec.keys, stats["n"] - stats["keys"], _HINT)
-    columns = tuple(c for c in staged.column_names if c != DELETE_COLUMN)
+
+
+def _target_typed(
+    frame: Any,
+    spec: MergeSpec,
+    columns: Sequence[str],
+    target: Any | None,
+    expected: Expected | None,
+) -> list[str]:
+    """The staged form's projection: ``columns``, each cast to the type it is stored as
+    (the target's, or ``expected``'s) where the batch's differs, the delete flag last."""
     target_types: Mapping[str, Any] = (
         {} if target is None else {f.name: f.dataType for f in target.schema.fields}
     )
@@ -213,8 +240,7 @@ def prepare_frame(
             select.append(quote(name))
     if spec.delete_when:
         select.append(quote(DELETE_COLUMN))
-    prune = predicate_from_bounds(bounds, bounded) if bounded else None
-    return PreparedFrame(frame.selectExpr(*select), columns, int(rows), prune)
+    return select
 
 
 def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
@@ -237,42 +263,6 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
     check_source_condition(
         spec, types_of(target.schema), dialect="spark", table=table, resolves=resolves
     )
-
-
-def _bounded_keys(spec: MergeSpec, target: Any | None, frame: Any) -> list[str]:
-    """The keys the MERGE may bound to the batch's range: pruned by range in the target
-    (:func:`~.prune.prunable_keys`) and of the same kind in the batch (integers, or
-    dates), so the batch's bounds are the bounds of the values it merges."""
-    if target is None or not spec.keys or not spec.prunable:
-        return []
-    batch = set(prunable_keys(spec.keys, frame.schema))
-    target_types = {f.name: f.dataType.typeName() for f in target.schema.fields}
-    batch_types = {f.name: f.dataType.typeName() for f in frame.schema.fields}
-    return [
-        k
-        for k in prunable_keys(spec.keys, target.schema)
-        if k in batch and (target_types[k] == "date") == (batch_types[k] == "date")
-    ]
-
-
-def _normalise_keys(frame: Any, keys: Sequence[str]) -> tuple[Any, list[str]]:
-    """:func:`deltasink.input.keys.normalise_keys` in the plan: each float key's -0.0
-    becomes 0.0 (its type kept), so the duplicate check, the staged rows and every
-    later MERGE see one key. Returns the frame and its float keys (whose NaN values
-    :func:`_batch_stats` counts)."""
-    types = {f.name: f.dataType for f in frame.schema.fields}
-    floats = [k for k in keys if types[k].typeName() in ("float", "double")]
-    if not floats:
-        return frame, []
-    select = []
-    for name in frame.columns:
-        if name in floats:
-            zero = f"CAST(0 AS {ddl_type(types[name])})"
-            column = quote(name)
-            select.append(f"CASE WHEN {column} = {zero} THEN {zero} ELSE {column} END AS {column}")
-        else:
-            select.append(quote(name))
-    return frame.selectExpr(*select), floats
 
 
 def _batch_stats(
@@ -361,28 +351,3 @@ def _from_jvm(value: Any) -> Any:
         return date.fromisoformat(str(value.toString()))
     except ValueError:
         return None
-
-
-def _latest_per_key(frame: Any, keys: Sequence[str], sequence_by: str) -> Any:
-    partition = ", ".join(quote(k) for k in keys)
-    return (
-        frame.selectExpr("*", f"monotonically_increasing_id() AS {quote(_ROW)}")
-        .selectExpr(
-            "*",
-            f"row_number() OVER (PARTITION BY {partition} ORDER BY {quote(sequence_by)} DESC, "
-            f"{quote(_ROW)} DESC) AS {quote(RANK_COLUMN)}",
-        )
-        .where(f"{quote(RANK_COLUMN)} = 1")
-        .drop(RANK_COLUMN, _ROW)
-    )
-
-
-def _raise_duplicates(frame: Any, keys: Sequence[str], extra: int, hint: str = _HINT) -> None:
-    counted = frame.groupBy(*keys).count().where("`count` > 1")
-    dup = counted.selectExpr("count(1) AS n").collect()[0]["n"]
-    example = counted.limit(1).collect()[0].asDict()
-    times = example.pop("count")
-    raise DuplicateKeyError(
-        f"{dup} key(s) appear more than once in the batch, e.g. {example} ({times} times). " + hint,
-        column=keys[0],
-    )
