@@ -282,6 +282,64 @@ def _git_commit() -> str:
     return out.stdout.strip() + (" (deltasink/ modified)" if dirty.stdout.strip() else "")
 
 
+def _cpu_by_process() -> dict[int, tuple[int, float]]:
+    """Every process's parent and CPU seconds so far (its own, and its reaped
+    children's), from ``/proc`` (empty where there is none)."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        # after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / ticks
+        found[int(entry)] = (int(fields[1]), cpu)
+    return found
+
+
+def _ours(processes: dict[int, tuple[int, float]]) -> set[int]:
+    """This process and its descendants."""
+    ours = {os.getpid()}
+    grew = True
+    while grew:
+        more = {pid for pid, (parent, _) in processes.items() if parent in ours} - ours
+        ours |= more
+        grew = bool(more)
+    return ours
+
+
+class OtherWork:
+    """The CPU other processes of the machine use while a measurement runs (not this
+    process's own children, whose work is the measurement's): a benchmark's own writer
+    processes raise the load average, so the load average cannot tell whether anything
+    else ran; this can. ``cores``: the others' CPU seconds per second of wall time."""
+
+    def __init__(self) -> None:
+        self._start = time.perf_counter()
+        processes = _cpu_by_process()
+        mine = _ours(processes)
+        self._before = {p: cpu for p, (_, cpu) in processes.items() if p not in mine}
+
+    def cores(self) -> float:
+        processes = _cpu_by_process()
+        mine = _ours(processes)
+        used = sum(
+            max(0.0, cpu - self._before.get(pid, 0.0))
+            for pid, (_, cpu) in processes.items()
+            if pid not in mine and pid != 0
+        )
+        return used / max(time.perf_counter() - self._start, 1e-9)
+
+
+#: Other processes may use this much of one core on average while a measurement runs
+#: before the measurement is not one (a quiet machine's daemons use far less).
+QUIET_OTHER_CORES = 0.2
+
+
 def machine_info() -> dict[str, Any]:
     """The facts a reader needs to judge the numbers."""
     import psutil

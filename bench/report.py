@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bench.common import fmt_rows
+from bench.common import QUIET_OTHER_CORES, fmt_rows
 from bench.report_stores import goal_rows as store_goal_rows
 from bench.report_stores import render_stores
 
@@ -79,21 +79,30 @@ def _p5_summary(p5: dict[str, Any]) -> dict[str, dict[str, float]]:
 QUIET_LOAD_PER_CORE = 0.75
 
 
-def noisy(results: dict[str, Any]) -> float | None:
-    """The highest 1-minute load average at the run's start or end, when it exceeded
-    :data:`QUIET_LOAD_PER_CORE` per core (1.5 on 2 cores); ``None`` for a quiet run."""
+def noisy(results: dict[str, Any]) -> str | None:
+    """Why the run measured nothing, or ``None`` for a quiet run: the 1-minute load
+    average at its start exceeded :data:`QUIET_LOAD_PER_CORE` per core (1.5 on 2
+    cores), or other processes used more than ``QUIET_OTHER_CORES`` cores during it (a
+    run that did not measure that: its load average at the end). The run's own
+    processes raise the load average at its end: they are not other work."""
     machine, config = results["machine"], results["config"]
-    loads = [machine.get("loadavg") or [0.0], config.get("loadavg_end") or [0.0]]
-    worst = max(float(load[0]) for load in loads)
-    return worst if worst > QUIET_LOAD_PER_CORE * int(machine.get("cores") or 2) else None
+    limit = QUIET_LOAD_PER_CORE * int(machine.get("cores") or 2)
+    start = float((machine.get("loadavg") or [0.0])[0])
+    if start > limit:
+        return f"load {start:.1f}"
+    if "other_cores" in config:
+        other = float(config["other_cores"])
+        return f"other work used {other:.2f} cores" if other > QUIET_OTHER_CORES else None
+    end = float((config.get("loadavg_end") or [0.0])[0])
+    return f"load {end:.1f}" if end > limit else None
 
 
 def _honest(rows: list[Row], results: dict[str, Any]) -> list[Row]:
     """``rows`` with each verdict of a noisy run replaced by what it is."""
-    load = noisy(results)
-    if load is None:
+    reason = noisy(results)
+    if reason is None:
         return rows
-    text = f"noisy (load {load:.1f}), not a measurement"
+    text = f"noisy ({reason}), not a measurement"
     return [
         [*r[:-1], text if r[-1] in ("**met**", "**missed**") and _timed(r) else r[-1]] for r in rows
     ]

@@ -19,7 +19,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import FULL, OUT_DIR, QUICK, REPO_DIR, Config, Results, log, machine_info, remove
+from bench.common import (
+    FULL,
+    OUT_DIR,
+    QUICK,
+    REPO_DIR,
+    Config,
+    OtherWork,
+    Results,
+    log,
+    machine_info,
+    remove,
+)
 from bench.plot import plot
 from bench.report import render, splice
 
@@ -116,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         config = Config(sizes=QUICK if args.quick else FULL, runs=runs, quick=args.quick)
         start = time.perf_counter()
         machine = machine_info()
+        others = OtherWork()
         load = os.getloadavg()[0]
         if load > 0.75 * (os.cpu_count() or 2):
             log(
@@ -133,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
             "sizes": asdict(config.sizes),
             "elapsed_min": (time.perf_counter() - start) / 60,
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            # what the machine's other processes used meanwhile (the run's own raise the load)
+            "other_cores": round(others.cores(), 3),
             "argv": sys.argv[1:] if argv is None else argv,
             # the parts' own settings (bench.fanin): part of the command that repeats it
             "env": {k: os.environ[k] for k in ("FANIN", "FANIN_SPARK") if os.environ.get(k)},

@@ -19,9 +19,14 @@ def run(start: float, end: float, cores: int = 2) -> dict[str, object]:
 
 def test_a_run_beside_other_work_gives_no_verdict() -> None:
     results = run(20.8, 10.1)
-    assert noisy(results) == 20.8
+    assert noisy(results) == "load 20.8"
     assert [r[-1] for r in _honest(ROWS, results)] == ["noisy (load 20.8), not a measurement"] * 2
-    assert noisy(run(0.4, 1.7)) == 1.7  # the end counts too
+    assert noisy(run(0.4, 1.7)) == "load 1.7"  # the end counts, when nothing else tells
+    # the run's own processes raised the load at its end; other processes used little
+    quiet_others = {**run(0.4, 6.0), "config": {"loadavg_end": [6.0], "other_cores": 0.05}}
+    assert noisy(quiet_others) is None
+    busy = {**run(0.4, 6.0), "config": {"loadavg_end": [6.0], "other_cores": 0.9}}
+    assert noisy(busy) == "other work used 0.90 cores"
     assert _honest(COUNTED, results) == COUNTED  # a count the load does not move
 
 

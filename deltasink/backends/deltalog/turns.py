@@ -31,7 +31,6 @@ import hashlib
 import os
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,23 +58,27 @@ def _queue_dir(uri: str) -> Path:
     return Path(base) / "deltasink-turns" / key
 
 
-def _released(path: Path, deadline: float) -> None:
-    """Wait until the writer whose file is ``path`` is done (or gone, or ``deadline``)."""
+def _released(path: Path, limit_s: float) -> None:
+    """Wait until the writer whose file is ``path`` is done (or gone, or ``limit_s``
+    passed): a blocking shared ``flock`` in a thread of its own, so the wait ends the
+    moment that writer releases its lock (no polling) and can still be given up."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return  # done already
-    try:
-        pause = 0.0005
-        while time.monotonic() < deadline:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                time.sleep(pause)
-                pause = min(pause * 2, 0.004)
-    finally:
-        os.close(fd)
+    done = threading.Event()
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+            done.set()
+
+    threading.Thread(target=wait, name="deltasink-turn", daemon=True).start()
+    done.wait(limit_s)  # given up after the limit: the thread ends with that writer
 
 
 @contextlib.contextmanager
@@ -112,7 +115,7 @@ def turn(uri: str) -> Iterator[None]:
         finally:
             os.close(tail)  # closing releases its lock
         if before:
-            _released(queue / before, time.monotonic() + WAIT_LIMIT_S)
+            _released(queue / before, WAIT_LIMIT_S)
         held.add(key)
         try:
             yield
