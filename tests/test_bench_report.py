@@ -92,6 +92,14 @@ def test_a_fan_in_case_beside_other_work_or_with_a_moving_serial_twin_gives_no_v
         verdicts(runs([1.0, 1.1, 1.2, 1.0, 1.1], 3.0))[1:]
         == ["noisy (load 3.0), not a measurement"] * 2
     )
+    # the writers' own processes raised the load; other processes used next to nothing
+    measured = runs([1.0, 1.1, 1.2, 1.0, 1.1], 6.0)
+    for r in measured["runs"]:  # type: ignore[attr-defined]
+        r["other_cores"] = 0.05
+    assert verdicts(measured) == ["**met**"] * 3
+    for r in measured["runs"]:  # type: ignore[attr-defined]
+        r["other_cores"] = 0.8
+    assert verdicts(measured)[1:] == ["noisy (other work used 0.80 cores), not a measurement"] * 2
     assert (
         verdicts(runs([1.0, 10.0, 1.2, 1.0, 1.1], 0.4))[1:]
         == ["noisy (serial baseline moved 10.00x), not a measurement"] * 2
