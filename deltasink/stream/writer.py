@@ -139,7 +139,7 @@ class StreamWriter:
                 version.
             ConfigurationError: ``checkpoint`` holds no offsets for ``batch_id``, or
                 ``resume`` without a way to identify the query.
-            As :meth:`write` otherwise.
+            DeltaSinkError: As :meth:`write` otherwise.
         """
         origin = stream_origin(
             df, batch_id, checkpoint=None if checkpoint is None else os.fspath(checkpoint)
