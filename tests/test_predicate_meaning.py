@@ -490,3 +490,17 @@ def test_a_case_fixed_by_a_literal_condition_is_a_constant_on_sail(tmp_path: Pat
     text = "(2 * CASE WHEN True THEN 10 WHEN flag THEN -128 ELSE qty END) = qty"
     DeltaSink(target, "app", MergeSpec(keys=["id"], delete_when=text)).write(rows, 0)
     assert DeltaTable(target).to_pyarrow_table().column("id").to_pylist() == [2]
+
+
+def test_a_recorded_spec_loads_as_recorded_whatever_session_reads_it(monkeypatch: Any) -> None:
+    """A spec recorded without a zone or ANSI mode (built where no session told them)
+    loads with neither, also in a session with ANSI mode off: otherwise it differs from
+    the spec that staged it and its pending versions are refused as a spec change
+    (found on PySpark 3.5, whose sessions default to ANSI mode off)."""
+    from deltasink.shapes.sparksql import fields
+
+    spec = MergeSpec(keys=["id"], sequence_by="seq", delete_when="op = 'D'")
+    assert (spec.time_zone, spec.ansi_mode) == (None, None)
+    monkeypatch.setattr(fields, "session_ansi", lambda *_: False)
+    assert MergeSpec(keys=["id"], delete_when="op = 'D'").ansi_mode is False  # built here
+    assert MergeSpec.from_json(spec.to_json()) == spec

@@ -376,7 +376,11 @@ class MergeSpec:
         """Inverse of :meth:`to_json`; a record written before a field existed loads
         with that field's default."""
         data: dict[str, Any] = json.loads(text)
-        return cls(**data)
+        spec = cls(**data)
+        # the record's zone and ANSI mode, not those of the session reading it
+        for field_name in ("time_zone", "ansi_mode"):
+            object.__setattr__(spec, field_name, data.get(field_name))
+        return spec
 
 
 #: Fields added after the first release: omitted from :meth:`MergeSpec.to_json` when unset.
