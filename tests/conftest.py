@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,12 @@ import pytest
 
 from deltasink import embedded_spark
 from tests import generated
+
+# Writers take turns in /dev/shm (deltasink.backends.deltalog.turns); on a machine
+# without it the queue would sit in the temporary directory, which the job tests check
+# is left as they found it: give it a directory of its own there.
+if not (os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)):
+    os.environ.setdefault("DELTASINK_TURNS_DIR", tempfile.mkdtemp(prefix="deltasink-tests-"))
 
 
 @pytest.fixture(scope="session")
