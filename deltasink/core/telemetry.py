@@ -240,6 +240,17 @@ def recording(
         _CURRENT.reset(token)
 
 
+@contextlib.contextmanager
+def current_as(recorder: Recorder | None) -> Iterator[None]:
+    """Make ``recorder`` (another thread's, e.g. a queued sink's) the current one for
+    the block."""
+    token = _CURRENT.set(recorder)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
 def count_requests(counts: Mapping[str, int]) -> None:
     """Attach object-store requests (``verb -> count``, e.g. ``{"GET": 3, "PUT": 1}``) to
     the commit being recorded in this thread; dropped when none is."""

@@ -31,9 +31,8 @@ sink alone makes.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -207,19 +206,9 @@ def queue_for(uri: str) -> CommitQueue:
         return queue
 
 
-@contextlib.contextmanager
-def _as_its_own(request: Request) -> Iterator[None]:
-    """Run a step of ``request`` with its own sink's telemetry recorder current."""
-    token = telemetry._CURRENT.set(request.recorder)
-    try:
-        yield
-    finally:
-        telemetry._CURRENT.reset(token)
-
-
 def _alone(request: Request) -> None:
     """Publish ``request`` by its own writer, as if no other sink were publishing."""
-    with _as_its_own(request):
+    with telemetry.current_as(request.recorder):
         try:
             result = request.writer.apply_alone(
                 request.data,
@@ -251,9 +240,9 @@ def publish_group(writer: TargetWriter, group: Sequence[Request]) -> None:
     found committed are answered ``already_committed``; if the group commit fails, the
     rest are published one by one."""
     live = list(group)
-    for _ in range(len(group) if len(group) > 1 else 0):  # one alone: as without a group
+    for _ in range(len(group) - 1):  # each pass ends, or leaves out one committed version
         table = writer.open()
-        if table is None or len(live) < 2:
+        if table is None:  # the first version creates the target: one by one
             break
         waiting = []
         for request in live:
