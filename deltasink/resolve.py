@@ -19,7 +19,8 @@ from deltasink.hooks import PostCommitHook
 from deltasink.locations import default_staging, is_catalog_name, normalize_uri, same_location
 from deltasink.reserved import STAGING_SUFFIX
 from deltasink.settings import AuditChecks, StoreOptions, Timeouts, grouped
-from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.spec import PREDICATES, MergeSpec
+from deltasink.shapes.spec_rules import with_session_mode
 from deltasink.shapes.table import TableSpec
 from deltasink.stores import check_spark_log_store, checked_options
 
@@ -167,17 +168,19 @@ def resolve(
         allow_unsafe_commits=store.allow_unsafe_commits
         or not ENGINES[chosen].commits_through_storage_options,
     )
-    if not ENGINES[chosen].commits_through_storage_options:  # Spark's LogStore commits
-        session = spark if spark is not None else _active_spark()
-        if session is not None:
-            check_spark_log_store(
-                session, [located, staged_at], allow_unsafe_commits=store.allow_unsafe_commits
-            )
+    session = spark if spark is not None else _active_spark()
+    spec: MergeSpec | None = with_session_mode(
+        merge, session, PREDICATES
+    )  # built before the session
+    if session is not None and not ENGINES[chosen].commits_through_storage_options:
+        check_spark_log_store(  # Spark's LogStore commits
+            session, [located, staged_at], allow_unsafe_commits=store.allow_unsafe_commits
+        )
     return SinkSettings(
         target=located,
         staging=staged_at,
         app_id=app_id,
-        merge=merge,
+        merge=spec,
         table=table,
         engine=chosen,
         engine_reason=reason,

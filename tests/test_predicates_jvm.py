@@ -27,6 +27,7 @@ from deltalake import DeltaTable
 
 from deltasink import ConfigurationError, DeltaSink, MergeSpec
 from deltasink.input.arrow import spark_frame
+from deltasink.ops.layout import PROP_SPEC
 from tests.test_contract_spark import DELTA_SPARK_MODULE, delta_spark
 
 pytestmark = DELTA_SPARK_MODULE
@@ -126,3 +127,23 @@ def test_a_spec_built_with_ansi_mode_off_wraps_an_overflow_around_on_both_engine
             _quantities(), 0
         )
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_spec_built_before_the_session_records_the_mode_of_the_session_it_writes_in(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """A job template builds its spec at module level, before its session exists, so
+    the spec records no ANSI mode; on the Databricks 14.3-16.4 line (ANSI mode off) the
+    spark engine refused it as "ANSI mode on". The sink records its session's mode: the
+    overflow wraps around as that session computes it, and the staged spec says so."""
+    spec = MergeSpec(keys=["id"], delete_when="qty + 1 < 0")  # the session: ANSI on
+    assert spec.ansi_mode is None
+    target = str(tmp_path / "spark")
+    with conf(delta_spark, ANSI, "false"):
+        sink = DeltaSink(target, "app", spec, engine="spark", spark=delta_spark)
+        sink.write(_quantities(), 0)
+    assert _contents(target, "id", "qty") == [(2, 5)]
+    staged = DeltaTable(target + "_deltasink_staging/app")
+    recorded = MergeSpec.from_json(staged.metadata().configuration[PROP_SPEC])
+    assert recorded.ansi_mode is False
+    assert spec.ansi_mode is None  # the caller's spec is left as built

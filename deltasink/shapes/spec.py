@@ -147,8 +147,8 @@ class MergeSpec:
             zone, else ``UTC``; every engine and later recovery reads the recorded one.
         ansi_mode: The ANSI mode (``spark.sql.ansi.enabled``) the predicates mean: on
             (unset or ``True``) an overflow or zero divisor fails; off, they wrap or are
-            null. Unset, a spec with a predicate built in a session with it off records
-            ``False``; the ``spark`` engine refuses a session of the other mode.
+            null. Unset, a spec with a predicate built in (or given to a sink in) a
+            session with it off records ``False``; the spark engine refuses the other.
 
     A spec with ``update_columns``, ``except_columns``,
     ``when_not_matched_by_source="delete"`` or ``mode="replace"`` is not coalesced: its pending versions are

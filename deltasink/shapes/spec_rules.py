@@ -27,6 +27,7 @@ __all__ = [
     "check_target_predicate",
     "key_names",
     "record_session",
+    "with_session_mode",
 ]
 
 #: What an ``upsert`` does to target rows whose key is not in the batch.
@@ -323,3 +324,23 @@ def record_session(spec: Any, names: Sequence[str]) -> None:
         reads_zone = text is not None and check(text, name, spec.time_zone or "UTC", spec.ansi)
         if reads_zone and spec.time_zone is None:  # the session's zone, recorded
             object.__setattr__(spec, "time_zone", session_zone())
+
+
+def with_session_mode(spec: Any, session: object, names: Sequence[str]) -> Any:
+    """``spec`` with the ANSI mode of ``session`` (the Spark session a sink is given or
+    finds active) recorded, when it has a predicate and was built with ``ansi_mode``
+    unset where no session said otherwise: a spec built at module level, before the job
+    made its session, means the predicates as that job's session computes them (on the
+    Databricks 14.3-16.4 line, ANSI mode off). ``names``: the spec's predicate fields.
+    A spec that records a mode is kept."""
+    from dataclasses import replace
+
+    from deltasink.shapes.sparksql.fields import session_ansi
+
+    if spec is None or spec.ansi_mode is not None or session is None:
+        return spec
+    if not any(getattr(spec, name) for name in names):
+        return spec
+    if session_ansi(session=session):
+        return spec
+    return replace(spec, ansi_mode=False)  # checked again in that mode

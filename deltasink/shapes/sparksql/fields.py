@@ -206,23 +206,27 @@ def session_zone(given: str | None = None) -> str:
     return zone
 
 
-def session_ansi(given: bool | None = None) -> bool:
+def session_ansi(given: bool | None = None, session: object = None) -> bool:
     """Spark's ANSI mode a spec or check records (its predicates mean what Spark computes
-    with ``spark.sql.ansi.enabled`` so set): ``given``, else the active Spark session's
-    (classic or Spark Connect, when PySpark is loaded), else on (Spark 4's default)."""
+    with ``spark.sql.ansi.enabled`` so set): ``given``, else ``session``'s or the active
+    Spark session's (classic or Spark Connect, when PySpark is loaded; unset there, the
+    version's default: off before Spark 4), else on (Spark 4's default)."""
     import sys
 
     if given is not None:
         return bool(given)
-    if "pyspark.sql" in sys.modules:
+    if session is None and "pyspark.sql" in sys.modules:
         try:
             from pyspark.sql import SparkSession
 
-            active = SparkSession.getActiveSession()
-            if active is not None:
-                value = active.conf.get("spark.sql.ansi.enabled")
-                return str(value).strip().lower() != "false"
+            session = SparkSession.getActiveSession()
         except Exception:  # no usable session: the default
+            session = None
+    if session is not None:
+        try:
+            value = session.conf.get("spark.sql.ansi.enabled")  # type: ignore[attr-defined]
+            return value is None or str(value).strip().lower() != "false"
+        except Exception:  # a session that does not answer: the default
             pass
     return True
 
