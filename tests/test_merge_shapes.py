@@ -14,7 +14,11 @@ from deltalake import DeltaTable
 
 from deltasink import ConfigurationError, DeltaSink, MergeSpec
 from deltasink.shapes.merge import compile_merge
+from deltasink.shapes.target_sql import TargetSql
 from tests import support
+
+#: A delta-rs statement over no known target columns.
+DELTA_RS = TargetSql("delta-rs")
 
 # -- update_columns / except_columns -------------------------------------------------------
 
@@ -71,10 +75,14 @@ def test_partial_update_specs_round_trip_through_json_and_old_records_load() -> 
 
 def test_the_merge_updates_only_the_listed_columns_and_inserts_all() -> None:
     columns = ["id", "a", "b", "c"]
-    only = compile_merge(MergeSpec(keys=["id"], update_columns=["b"]), columns, has_delete=False)
+    only = compile_merge(
+        MergeSpec(keys=["id"], update_columns=["b"]), columns, has_delete=False, sql=DELTA_RS
+    )
     assert only.update_columns == ("b",)
     assert only.insert_columns == ("id", "a", "b", "c")
-    but = compile_merge(MergeSpec(keys=["id"], except_columns=["b"]), columns, has_delete=False)
+    but = compile_merge(
+        MergeSpec(keys=["id"], except_columns=["b"]), columns, has_delete=False, sql=DELTA_RS
+    )
     assert but.update_columns == ("a", "c")
     sql = but.to_sql("tgt", "src")
     assert "UPDATE SET t.`a` = s.`a`, t.`c` = s.`c`" in sql
@@ -164,15 +172,17 @@ def test_not_matched_by_source_round_trips_and_is_neither_coalesced_nor_pruned()
     assert MergeSpec.from_json(spec.to_json()) == spec
     assert not spec.coalescable
     assert not spec.prunable
-    plan = compile_merge(spec, ["id", "a"], has_delete=False, spark=True)
+    plan = compile_merge(spec, ["id", "a"], has_delete=False, sql=TargetSql("spark"))
     assert plan.to_sql("tgt", "src").endswith(
         "WHEN NOT MATCHED BY SOURCE AND (t.a > 1) THEN DELETE"
     )
     target = pa.schema([("id", pa.int64()), ("a", pa.int32())])
-    plan = compile_merge(spec, ["id", "a"], has_delete=False, target=target)
+    plan = compile_merge(
+        spec, ["id", "a"], has_delete=False, sql=TargetSql.over("delta-rs", target)
+    )
     assert plan.clauses[-1].condition == "(t.`a` > CAST(1 AS INT))"
     with pytest.raises(ValueError, match="cannot be pruned"):
-        compile_merge(spec, ["id", "a"], has_delete=False, prune="t.`id` >= 1")
+        compile_merge(spec, ["id", "a"], has_delete=False, sql=DELTA_RS, prune="t.`id` >= 1")
 
 
 def _ids(*ids: int) -> pa.Table:
@@ -257,7 +267,9 @@ def test_replace_specs_round_trip_and_are_not_coalesced() -> None:
         assert MergeSpec.from_json(spec.to_json()) == spec
         assert not spec.coalescable
     with pytest.raises(ValueError, match="not a MERGE"):
-        compile_merge(MergeSpec(mode="replace", replace_by="d"), ["d"], has_delete=False)
+        compile_merge(
+            MergeSpec(mode="replace", replace_by="d"), ["d"], has_delete=False, sql=DELTA_RS
+        )
 
 
 def test_replace_predicates_quote_values_for_each_engine() -> None:
@@ -267,11 +279,14 @@ def test_replace_predicates_quote_values_for_each_engine() -> None:
 
     spec = MergeSpec(mode="replace", replace_by=["d", "s"], replace_where="n > 1")
     values = pa.table({"d": [dt.date(2024, 1, 2)] * 2, "s": ["it's", "it's"], "n": [2, 3]})
-    assert replace_predicate(spec, values) == (
+    assert replace_predicate(spec, values, sql=TargetSql.over("delta-rs", values.schema)) == (
         "((`n` > CAST(1 AS BIGINT))) AND ((`d` = CAST('2024-01-02' AS DATE) AND `s` = 'it''s'))"
     )
-    assert "`s` = 'it\\'s'" in (replace_predicate(spec, values, spark=True) or "")
-    assert replace_predicate(spec, values.slice(0, 0)) is None  # replaces nothing
+    assert "`s` = 'it\\'s'" in (replace_predicate(spec, values, sql=TargetSql("spark")) or "")
+    assert (
+        replace_predicate(spec, values.slice(0, 0), sql=TargetSql.over("delta-rs", values.schema))
+        is None
+    )  # replaces nothing
 
 
 def test_replace_by_columns_must_be_present_non_null_scalars(tmp_path: Path) -> None:
@@ -332,7 +347,7 @@ def test_null_safe_keys_round_trip_join_null_safely_and_are_not_pruned() -> None
     assert "null_safe_keys" not in json.loads(MergeSpec(keys=["a"]).to_json())
     assert spec.coalescable
     assert not spec.prunable
-    plan = compile_merge(spec, ["a", "b", "v"], has_delete=False)
+    plan = compile_merge(spec, ["a", "b", "v"], has_delete=False, sql=DELTA_RS)
     assert plan.on == ("(t.`a` IS NOT DISTINCT FROM s.`a`) AND (t.`b` IS NOT DISTINCT FROM s.`b`)")
 
 
@@ -421,8 +436,8 @@ def test_the_source_condition_is_checked_in_one_place() -> None:
     )
     columns = types_of(pa.schema([("id", pa.int32()), ("region", pa.string())]))
     seen: list[str] = []
-    for dialect in ("delta-rs", "spark"):
-        check_source_condition(spec, columns, dialect=dialect, table="/t", resolves=seen.append)
+    for sql in (TargetSql("delta-rs", columns), TargetSql("spark")):
+        check_source_condition(spec, columns, sql=sql, table="/t", resolves=seen.append)
     assert seen == [
         spec.predicate("not_matched_by_source_condition", "delta-rs", columns),
         spec.predicate("not_matched_by_source_condition", "spark"),
@@ -434,18 +449,20 @@ def test_the_source_condition_is_checked_in_one_place() -> None:
     with pytest.raises(
         InvalidInputError, match=r"\"t.region = 'EU'\" is not a valid .* /t .*no such"
     ):
-        check_source_condition(spec, columns, dialect="spark", table="/t", resolves=unresolved)
+        check_source_condition(
+            spec, columns, sql=TargetSql("spark"), table="/t", resolves=unresolved
+        )
     # the delta-rs translation refuses a column the target lacks, before any resolver
     with pytest.raises(InvalidInputError):
         check_source_condition(
             spec,
             types_of(pa.schema([("id", pa.int32())])),
-            dialect="spark",
+            sql=TargetSql("spark"),
             table="/t",
             resolves=seen.append,
         )
     assert len(seen) == 2
     check_source_condition(
-        MergeSpec(keys=["id"]), {}, dialect="spark", table="/t", resolves=seen.append
+        MergeSpec(keys=["id"]), {}, sql=TargetSql("spark"), table="/t", resolves=seen.append
     )
     assert len(seen) == 2

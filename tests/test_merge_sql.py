@@ -26,6 +26,7 @@ from deltasink import DeltaSink, MergeSpec
 from deltasink.backends.spark.prune import key_prune
 from deltasink.backends.spark.sources import guarded, merge_sql, source_sql
 from deltasink.backends.spark.tables import table_ref
+from deltasink.shapes.target_sql import TargetSql
 from tests import support
 
 
@@ -268,10 +269,18 @@ def test_target_predicate_joins_the_on_clause_before_the_key_range() -> None:
     from deltasink.shapes.merge import compile_merge
 
     spec = MergeSpec(keys=["id"], target_predicate="t.day >= '2026-01-01'")
-    plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1", spark=True)
+    plan = compile_merge(
+        spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1", sql=TargetSql("spark")
+    )
     assert plan.on == "t.`id` = s.`id` AND (t.day >= '2026-01-01') AND t.`id` >= 1"
     target = pa.schema([("id", pa.int64()), ("day", pa.date32())])
-    plan = compile_merge(spec, ["id", "day"], has_delete=False, prune="t.`id` >= 1", target=target)
+    plan = compile_merge(
+        spec,
+        ["id", "day"],
+        has_delete=False,
+        prune="t.`id` >= 1",
+        sql=TargetSql.over("delta-rs", target),
+    )
     assert plan.on == (  # the string converted as Spark converts it, to a date
         "t.`id` = s.`id` AND ((t.`day` >= CAST('2026-01-01' AS DATE))) AND t.`id` >= 1"
     )

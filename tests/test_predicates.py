@@ -11,6 +11,7 @@ import pytest
 from deltasink import ConfigurationError, DeltaSink, MergeSpec, checks
 from deltasink.shapes.merge import compile_merge, replace_predicate
 from deltasink.shapes.predicates import render, render_query
+from deltasink.shapes.target_sql import TargetSql
 
 #: Injection forms and other texts that are not exactly one boolean expression.
 REFUSED = {
@@ -101,19 +102,24 @@ def test_merge_plans_and_replace_predicates_carry_the_reemitted_predicates() -> 
     import pyarrow as pa
 
     target = pa.schema([("id", pa.int64()), ("note", pa.string()), ("day", pa.string())])
-    plan = compile_merge(spec, ["id", "note"], has_delete=False, target=target)
+    plan = compile_merge(
+        spec, ["id", "note"], has_delete=False, sql=TargetSql.over("delta-rs", target)
+    )
     (*_, by_source) = plan.clauses
     assert by_source.condition == "(t.`note` = 'it''s')"
-    spark_plan = compile_merge(spec, ["id", "note"], has_delete=False, spark=True)
+    spark_plan = compile_merge(spec, ["id", "note"], has_delete=False, sql=TargetSql("spark"))
     assert spark_plan.clauses[-1].condition == "t.note = 'it\\'s'"
     pruned = MergeSpec(keys=["id"], target_predicate="t.day >= '2026' /* ) OR (1=1 */")
-    assert compile_merge(pruned, ["id", "day"], has_delete=False, target=target).on == (
-        "t.`id` = s.`id` AND ((t.`day` >= '2026'))"
-    )
+    assert compile_merge(
+        pruned, ["id", "day"], has_delete=False, sql=TargetSql.over("delta-rs", target)
+    ).on == ("t.`id` = s.`id` AND ((t.`day` >= '2026'))")
     reload = MergeSpec(mode="replace", replace_where="region = 'it\\'s'")
     rows = pa.table({"region": ["it's"]})
-    assert replace_predicate(reload, rows) == "((`region` = 'it''s'))"
-    assert replace_predicate(reload, rows, spark=True) == "(region = 'it\\'s')"
+    assert (
+        replace_predicate(reload, rows, sql=TargetSql.over("delta-rs", rows.schema))
+        == "((`region` = 'it''s'))"
+    )
+    assert replace_predicate(reload, rows, sql=TargetSql("spark")) == "(region = 'it\\'s')"
 
 
 def test_sql_checks_are_exactly_one_query_over_staged() -> None:

@@ -5,7 +5,7 @@ rendered to a delta-rs ``TableMerger`` (embedded backend) and to Spark SQL
 ``MERGE INTO`` (Spark backend). Conditions are written in the SQL both engines parse:
 backtick-quoted identifiers, ``s``/``t`` aliases, ``AND``/``OR``/``NOT``/``IS NULL``.
 The user's predicates enter them re-emitted from their parse for the engine's parser
-(:meth:`MergeSpec.predicate`), never as written.
+(:class:`~deltasink.shapes.target_sql.TargetSql`), never as written.
 
 For ``upsert`` the clauses are, in order (first matching clause wins)::
 
@@ -23,8 +23,7 @@ coalesced batch compares ``s.<guard>`` instead of ``s.seq``: see
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,10 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
-from deltasink.shapes.predicates import Dialect
-from deltasink.shapes.sparksql.fields import types_of
-from deltasink.shapes.sparksql.types import SqlType
 from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.target_sql import TargetSql, literal
 
 __all__ = ["Clause", "MergePlan", "compile_merge", "key_ranges", "replace_predicate"]
 
@@ -141,37 +138,12 @@ def _and(*parts: str | None) -> str | None:
     return " AND ".join(f"({p})" for p in present)
 
 
-def _literal(value: object) -> str | None:
-    """``value`` as a SQL literal both engines parse, or ``None`` if not supported."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, datetime.datetime):
-        return None  # time zones make timestamp literals engine-specific
-    if isinstance(value, datetime.date):
-        return f"CAST('{value.isoformat()}' AS DATE)"
-    return None
-
-
-def _spark_literal(value: object) -> str | None:
-    """``value`` as a Spark SQL literal (a string's quotes escaped with backslashes:
-    Spark reads ``'a''b'`` as two adjacent literals, ``'ab'``)."""
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return _literal(value)
-
-
 def replace_predicate(
     spec: MergeSpec,
     values: pa.Table,
     *,
-    spark: bool = False,
+    sql: TargetSql,
     empty_as_null: Sequence[str] = (),
-    target: pa.Schema | None = None,
-    types: Mapping[str, SqlType] | None = None,
 ) -> str | None:
     """The predicate selecting the target rows a ``replace`` version replaces, over
     unqualified target columns: the ``replace_by`` value combinations of ``values``
@@ -181,12 +153,8 @@ def replace_predicate(
     Args:
         spec: A ``replace`` spec.
         values: The batch (or its distinct ``replace_by`` rows).
-        spark: Render literals for Spark SQL (else for delta-rs).
-        target: For delta-rs: the target's schema, which ``replace_where`` is
-            translated for (default: ``values``'s).
-        types: For Spark: the target's column types, which ``replace_where`` is
-            translated for (the spec's recorded time zone and ANSI mode, whatever the
-            session's); without, Spark gets it re-emitted as written.
+        sql: The target statement's dialect and column types (``replace_where`` is
+            translated for them; the values become its literals).
         empty_as_null: The target's string partition columns, whose ``''`` is null
             (:mod:`deltasink.shapes.partitions`): ``''`` selects the null partition
             (and a ``""`` another writer recorded).
@@ -195,11 +163,8 @@ def replace_predicate(
         ValueError: A ``replace_by`` value of a type without a literal here (the batch
             is checked for such types before it is staged).
     """
-    literal = _spark_literal if spark else _literal
-    if spark:
-        where = spec.predicate("replace_where", "spark", types)
-    else:
-        where = spec.predicate("replace_where", "delta-rs", types_of(target or values.schema))
+    literal = sql.literal
+    where = sql.predicate(spec, "replace_where")
     parts = [f"({where})"] if where else []
     if spec.replace_by:
         columns = list(spec.replace_by)
@@ -244,7 +209,7 @@ def key_ranges(batch: pa.Table, keys: Sequence[str], *, skip: Sequence[str] = ()
         ):
             continue
         bounds = pc.min_max(column)
-        low, high = _literal(bounds["min"].as_py()), _literal(bounds["max"].as_py())
+        low, high = literal(bounds["min"].as_py()), literal(bounds["max"].as_py())
         if low is None or high is None:
             continue
         parts.append(f"{TARGET}.{quote(key)} >= {low} AND {TARGET}.{quote(key)} <= {high}")
@@ -256,12 +221,10 @@ def compile_merge(
     columns: Sequence[str],
     *,
     has_delete: bool,
+    sql: TargetSql,
     prune: str | None = None,
     has_guard: bool = False,
-    spark: bool = False,
     empty_as_null: Sequence[str] = (),
-    target: pa.Schema | None = None,
-    spark_types: Mapping[str, SqlType] | None = None,
 ) -> MergePlan:
     """Compile ``spec`` for a staged batch with ``columns``.
 
@@ -274,22 +237,15 @@ def compile_merge(
         has_guard: Whether the batch carries :data:`~deltasink.input.sql.GUARD_COLUMN`
             (a coalesced batch with ``sequence_by`` and deletes), the sequence value
             a target row is compared with.
-        spark: Render the user's predicates (``target_predicate``,
-            ``not_matched_by_source_condition``) for Spark SQL (else for delta-rs);
-            either way re-emitted from their parse, never spliced as written.
-        target: For delta-rs: the target's schema, which ``target_predicate`` and
-            ``not_matched_by_source_condition`` are translated for (with Spark's
-            meaning, :mod:`deltasink.shapes.sparksql`); needed when the spec has one.
+        sql: The statement's dialect and the target's column types, which the
+            user's predicates (``target_predicate``, ``not_matched_by_source_condition``)
+            are rendered for (:class:`~deltasink.shapes.target_sql.TargetSql`): re-emitted
+            from their parse, never spliced as written.
         empty_as_null: The target's string partition columns, whose ``''`` is null
             (:mod:`deltasink.shapes.partitions`): a key there matches with
             ``coalesce(t.k, '') = coalesce(s.k, '')`` (``''`` and null are the one null
             partition, in either mode), and a value written there is ``nullif(s.c, '')``.
-        spark_types: For Spark: the target's column types, which ``target_predicate``
-            and ``not_matched_by_source_condition`` are then translated for (the spec's
-            recorded time zone and ANSI mode); without, Spark gets them as written.
     """
-    types = spark_types if spark else (None if target is None else types_of(target))
-    dialect: Dialect = "spark" if spark else "delta-rs"
     if spec.mode in ("append", "replace"):
         raise ValueError(f"{spec.mode} is not a MERGE; write the rows instead")
 
@@ -306,7 +262,7 @@ def compile_merge(
     if prune and not spec.prunable:
         # Every target row outside the pruned range would be "not matched by source".
         raise ValueError("a MERGE that deletes rows absent from the batch cannot be pruned")
-    target_predicate = spec.predicate("target_predicate", dialect, types)
+    target_predicate = sql.predicate(spec, "target_predicate")
     if target_predicate:  # the user's pruning predicate, checked on every batch row
         on = f"{on} AND ({target_predicate})"
     if prune:
@@ -331,7 +287,7 @@ def compile_merge(
             Clause(
                 "not_matched_by_source",
                 "delete",
-                spec.predicate("not_matched_by_source_condition", dialect, types),
+                sql.predicate(spec, "not_matched_by_source_condition"),
             )
         )
     blank = tuple(c for c in data_columns if c in empty_as_null)

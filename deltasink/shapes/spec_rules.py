@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, get_args
 
 from deltasink.errors import ConfigurationError, InvalidInputError
+from deltasink.shapes.target_sql import RendersPredicates, TargetSql
 
 __all__ = [
     "DEFAULT_HISTORY_COLUMNS",
@@ -196,23 +197,19 @@ def check_not_matched_by_source(spec: SpecFields) -> None:
             )
 
 
-class RendersPredicates(Protocol):
+class HasSourceCondition(RendersPredicates, Protocol):
     """A spec's ``not_matched_by_source_condition`` and how it renders a predicate
     (:meth:`~deltasink.shapes.spec.MergeSpec.predicate`)."""
 
     @property
     def not_matched_by_source_condition(self) -> str | None: ...
 
-    def predicate(
-        self, name: Any, dialect: Any, columns: Mapping[str, Any] | None = None
-    ) -> str | None: ...
-
 
 def check_source_condition(
-    spec: RendersPredicates,
+    spec: HasSourceCondition,
     columns: Mapping[str, Any],
     *,
-    dialect: Literal["delta-rs", "spark"],
+    sql: TargetSql,
     table: str,
     resolves: Callable[[str], object],
 ) -> None:
@@ -223,9 +220,9 @@ def check_source_condition(
     The condition is first translated for delta-rs over the target's ``columns`` (Spark
     types), on either engine: a spark engine's staged versions may be published by the
     embedded engine (``deltasink recover``), so both refuse the same constructs. Then
-    ``resolves`` is given the condition as ``dialect``'s parser reads it (the
-    translation for ``"delta-rs"``, the parse re-emitted for ``"spark"``) and raises if
-    it does not resolve. Nothing when the spec has no condition.
+    ``resolves`` is given the condition as the engine's MERGE will carry it (``sql``,
+    the engine's :class:`~deltasink.shapes.target_sql.TargetSql`) and raises if it does
+    not resolve. Nothing when the spec has no condition.
 
     Raises:
         ConfigurationError: A construct refused for these column types.
@@ -236,8 +233,8 @@ def check_source_condition(
     if condition is None:
         return
     field = "not_matched_by_source_condition"
-    translated = spec.predicate(field, "delta-rs", columns)
-    rendered = translated if dialect == "delta-rs" else spec.predicate(field, "spark")
+    spec.predicate(field, "delta-rs", columns)  # refused here if refused anywhere
+    rendered = sql.predicate(spec, field)
     assert rendered is not None
     try:
         resolves(rendered)

@@ -18,13 +18,24 @@ from deltasink.backends.deltalog.tables import arrow_schema
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN
 from deltasink.shapes.merge import SOURCE, TARGET, compile_merge, key_ranges, replace_predicate
 from deltasink.shapes.partitions import blank_as_null
+from deltasink.shapes.predicates import Dialect
 from deltasink.shapes.spec import MergeMode, MergeSpec
+from deltasink.shapes.target_sql import TargetSql
 
 from .generated import fill, plan
 from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
 from .scd2 import merge_history
 
-__all__ = ["WRITE_MODE", "ModeBatch", "append", "replace_slice"]
+__all__ = ["DIALECT", "WRITE_MODE", "ModeBatch", "append", "replace_slice", "target_sql"]
+
+#: The SQL this engine's target statements are written in: delta-rs's (DataFusion).
+DIALECT: Dialect = "delta-rs"
+
+
+def target_sql(table: DeltaTable) -> TargetSql:
+    """How a statement on ``table`` is written: this engine's dialect, the predicates
+    translated for the target's columns."""
+    return TargetSql.over(DIALECT, arrow_schema(table))
 
 
 class ModeBatch(NamedTuple):
@@ -50,6 +61,11 @@ class ModeBatch(NamedTuple):
     #: refuses a target whose files delta-rs would read back wrong
     #: (:class:`~.timestamps.Int96Guard`).
     before_rewrite: Callable[[DeltaTable], None] | None = None
+
+    @property
+    def sql(self) -> TargetSql:
+        """How this attempt's statements on the target are written."""
+        return target_sql(self.table)
 
     def rewrites(self) -> None:
         """Run :attr:`before_rewrite` on this attempt's table."""
@@ -107,7 +123,7 @@ def replace_slice(
     reports no deleted rows for an overwrite, so they are counted first, on the
     snapshot the overwrite replaces (files pruned by the predicate). A ``replace_by``
     value ``''`` in a string partition column (``blank``) is the null partition."""
-    predicate = replace_predicate(spec, values, empty_as_null=blank, target=arrow_schema(table))
+    predicate = replace_predicate(spec, values, sql=target_sql(table), empty_as_null=blank)
     if predicate is None:
         return 0, 0
     query = f"SELECT count(*) AS n FROM {TARGET} WHERE {predicate}"
@@ -134,7 +150,7 @@ def _append_mode(b: ModeBatch) -> dict[str, Any]:
 
 
 def _replace_mode(b: ModeBatch) -> dict[str, Any]:
-    if replace_predicate(b.spec, b.values, empty_as_null=b.blank) is not None:
+    if replace_predicate(b.spec, b.values, sql=b.sql, empty_as_null=b.blank) is not None:
         b.rewrites()
     inserted, deleted = replace_slice(b.table, b.values, b.spec, b.props, blank=b.blank)
     return {"num_target_rows_inserted": inserted, "num_target_rows_deleted": deleted}
@@ -142,7 +158,9 @@ def _replace_mode(b: ModeBatch) -> dict[str, Any]:
 
 def _scd2_mode(b: ModeBatch) -> dict[str, Any]:
     b.rewrites()
-    return merge_history(b.table, b.values, b.flag, b.spec, b.props, uri=b.uri, blank=b.blank)
+    return merge_history(
+        b.table, b.values, b.flag, b.spec, b.props, uri=b.uri, blank=b.blank, sql=b.sql
+    )
 
 
 def _merge_mode(b: ModeBatch) -> dict[str, Any]:
@@ -174,7 +192,7 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         has_delete=flag is not None,
         prune=ranges,
         has_guard=guard is not None,
-        target=arrow_schema(table),
+        sql=b.sql,
         empty_as_null=b.blank,
     )
     merger = table.merge(

@@ -37,6 +37,7 @@ from .constraints import ConstraintJudge
 from .creating import create_target
 from .features import definition_takes, refuse_unwritable
 from .grouping import Request, queue_for
+from .modes import target_sql
 from .scd2 import created_rows
 from .timestamps import Int96Guard
 
@@ -151,7 +152,7 @@ class TargetWriter(TargetLog):
         check_source_condition(
             spec,
             types_of(arrow_schema(table)),
-            dialect="delta-rs",
+            sql=target_sql(table),
             table=self.uri,
             resolves=lambda sql: (
                 QueryBuilder()

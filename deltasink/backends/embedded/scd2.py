@@ -18,6 +18,7 @@ from deltasink.shapes.partitions import blank_keys
 from deltasink.shapes.scd2 import changes
 from deltasink.shapes.schema import align_to_target
 from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.target_sql import TargetSql
 
 from .prune import STREAM_ABOVE_ROWS
 
@@ -39,6 +40,7 @@ def merge_history(
     *,
     uri: str,
     blank: tuple[str, ...] = (),
+    sql: TargetSql,
 ) -> dict[str, Any]:
     """One MERGE making the target's history of the batch's keys the one their events
     define; no commit when nothing changes and no column is added (the caller then
@@ -57,6 +59,7 @@ def merge_history(
         uri: The target, for messages.
         blank: The target's string partition columns: a key there reads its stored
             null (or ``""``) as the key ``''`` (:mod:`deltasink.shapes.partitions`).
+        sql: How the engine writes a statement on ``table``.
 
     Returns:
         delta-rs's MERGE metrics (empty when nothing was written).
@@ -83,7 +86,7 @@ def merge_history(
     ).append_column(DELETE_COLUMN, removed)
     on_rows = MergeSpec(mode="upsert", keys=(*spec.keys, start), delete_when="removed")
     plan = compile_merge(
-        on_rows, source.column_names, has_delete=True, prune=prune, empty_as_null=blank
+        on_rows, source.column_names, has_delete=True, sql=sql, prune=prune, empty_as_null=blank
     )
     once = CommitProperties(
         custom_metadata=props.custom_metadata,

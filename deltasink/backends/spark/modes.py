@@ -22,7 +22,6 @@ from deltasink.input.arrow import spark_arrow
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.shapes.computed import Computed
 from deltasink.shapes.merge import replace_predicate
-from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeMode, MergeSpec
 from deltasink.shapes.table import TableSpec
 
@@ -32,7 +31,7 @@ from .definition import create_target, string_partitions
 from .prune import key_prune
 from .scd2 import history_changes, history_merge_sql
 from .session import SparkSql
-from .sources import guarded, merge_sql
+from .sources import guarded, merge_sql, target_sql
 from .tables import Tables, struct
 
 __all__ = ["WRITE_MODE", "Attempt"]
@@ -78,15 +77,6 @@ class Attempt:
         return self.versions[-1]
 
 
-def zoned(spec: MergeSpec, target: Any) -> dict[str, Any] | None:
-    """The target's column types when ``spec`` records a session time zone: its
-    predicates are then given to Spark translated (:mod:`deltasink.shapes.sparksql`), a
-    zone-less timestamp literal and ``hour(ts)`` read in the recorded zone, not the
-    session's; else ``None`` (Spark gets them as written: the session's ANSI mode is
-    the recorded one, :func:`.conf.require_ansi`)."""
-    return None if spec.time_zone is None else dict(types_of(target.schema))
-
-
 def _append(a: Attempt, history: Any = None) -> None:
     """An append of the batch (``history``: SCD2's rows instead, flagged rows dropped),
     creating the target from the TableSpec when it does not exist yet; every target
@@ -124,9 +114,7 @@ def _replace(a: Attempt) -> None:
         spark_arrow(frame.select(*spec.replace_by).distinct()) if spec.replace_by else pa.table({})
     )
     blank = string_partitions(a.sql, t.target_ref, spec.replace_by or (), target)
-    predicate = replace_predicate(
-        spec, distinct, spark=True, empty_as_null=blank, types=zoned(spec, target)
-    )
+    predicate = replace_predicate(spec, distinct, sql=target_sql(spec, target), empty_as_null=blank)
     options = {"mergeSchema": "true"} if spec.schema_evolution else {}
     if predicate is not None:
         options["replaceWhere"] = predicate
@@ -193,7 +181,7 @@ def _merge(a: Attempt) -> None:
         prune=prune,
         has_guard=guarded(spec, versions),
         empty_as_null=string_partitions(a.sql, t.target_ref, spec.keys, target),
-        types=zoned(spec, target),
+        sql=target_sql(spec, target),
     )
     a.last_look()
     with delta_txn(spark, t.app_id, a.version, user_metadata=a.metadata, extra=a.sql.write_confs):

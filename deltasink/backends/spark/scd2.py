@@ -26,7 +26,9 @@ from deltasink.input.sql import DELETE_COLUMN, quote
 from deltasink.reserved import column
 from deltasink.shapes.merge import compile_merge
 from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.target_sql import TargetSql
 
+from .sources import DIALECT
 from .tables import ddl_type
 
 __all__ = ["history_changes", "history_merge_sql"]
@@ -222,5 +224,7 @@ def history_merge_sql(
     (``blank``: as there)."""
     start = spec.history[0]
     on_rows = MergeSpec(mode="upsert", keys=(*spec.keys, start), delete_when="removed")
-    plan = compile_merge(on_rows, columns, has_delete=True, spark=True, empty_as_null=blank)
+    plan = compile_merge(
+        on_rows, columns, has_delete=True, sql=TargetSql(DIALECT), empty_as_null=blank
+    )
     return plan.to_sql(target_ref, view)

@@ -1,20 +1,27 @@
 """The staged rows of one or more versions as one Spark SQL query (:func:`source_sql`;
 several versions coalesced as :func:`deltasink.core.coalesce.coalesce` does), and the
 ``MERGE INTO`` of them compiled from the embedded engine's
-:class:`~deltasink.shapes.merge.MergePlan` (:func:`merge_sql`)."""
+:class:`~deltasink.shapes.merge.MergePlan` (:func:`merge_sql`), written in this engine's dialect (:data:`DIALECT`,
+:func:`target_sql`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from deltasink.input.sql import DELETE_COLUMN, GUARD_COLUMN, quote
 from deltasink.ops.layout import VERSION_COLUMN
 from deltasink.reserved import RANK_COLUMN, column
 from deltasink.shapes.merge import compile_merge
-from deltasink.shapes.sparksql.types import SqlType
+from deltasink.shapes.predicates import Dialect
+from deltasink.shapes.sparksql.fields import types_of
 from deltasink.shapes.spec import MergeSpec
+from deltasink.shapes.target_sql import TargetSql
 
-__all__ = ["guarded", "merge_sql", "source_sql"]
+__all__ = ["DIALECT", "guarded", "merge_sql", "source_sql", "target_sql"]
+
+#: The SQL this engine's target statements are written in: Spark's.
+DIALECT: Dialect = "spark"
 
 
 def guarded(spec: MergeSpec, versions: Sequence[int]) -> bool:
@@ -94,22 +101,32 @@ def merge_sql(
     prune: str | None = None,
     has_guard: bool = False,
     empty_as_null: Sequence[str] = (),
-    types: Mapping[str, SqlType] | None = None,
+    sql: TargetSql | None = None,
 ) -> str:
     """The ``MERGE INTO`` of ``source`` (a query) into the target, from the same
     :class:`~deltasink.shapes.merge.MergePlan` the embedded engine runs; ``prune`` (see
     :func:`.prune.key_prune`) is added to its join condition; ``has_guard``: the source
     carries the sequence guard (:func:`guarded`); ``empty_as_null``: see
-    :func:`.definition.string_partitions`; ``types``: the target's column types, which
-    the predicates are translated for (else given as written)."""
+    :func:`.definition.string_partitions`; ``sql``: how the statement is written
+    (:func:`target_sql`; default: the predicates as written)."""
     plan = compile_merge(
         spec,
         columns,
         has_delete=spec.delete_when is not None,
         prune=prune,
         has_guard=has_guard,
-        spark=True,
+        sql=sql or TargetSql(DIALECT),
         empty_as_null=empty_as_null,
-        spark_types=types,
     )
     return plan.to_sql(target_ref, f"({source})")
+
+
+def target_sql(spec: MergeSpec, target: Any) -> TargetSql:
+    """How a statement on ``target`` (a Spark DataFrame) is written: Spark SQL, with the
+    target's column types when ``spec`` records a session time zone: its predicates are
+    then given to Spark translated (:mod:`deltasink.shapes.sparksql`), a zone-less
+    timestamp literal and ``hour(ts)`` read in the recorded zone, not the session's;
+    else re-emitted as written (the session's ANSI mode is the recorded one,
+    :func:`.conf.require_ansi`)."""
+    types = None if spec.time_zone is None or target is None else types_of(target.schema)
+    return TargetSql(DIALECT, types)

@@ -29,6 +29,7 @@ from deltasink.shapes.spec_rules import check_source_condition
 from .keys import blank_keys, bounded_keys, normalise_keys, one_row_per_key
 from .prune import bound_exprs, predicate_from_bounds
 from .session import SparkSql
+from .sources import target_sql
 from .tables import ddl_type
 
 __all__ = [
@@ -261,7 +262,7 @@ def check_condition(spec: MergeSpec, target: Any | None, *, table: str) -> None:
         target.alias("t").where(condition).selectExpr("1 AS c").schema  # noqa: B018
 
     check_source_condition(
-        spec, types_of(target.schema), dialect="spark", table=table, resolves=resolves
+        spec, types_of(target.schema), sql=target_sql(spec, target), table=table, resolves=resolves
     )
 
 
