@@ -538,9 +538,10 @@ def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
     s3: S3Server, uri: str
 ) -> None:
     """Exact requests of a running sink's 10-row upsert, by verb: the MERGE's (its data
-    file and commit), the publish intent (one staging commit), and three HEADs of a
-    next commit file (the state read, the fencing check, the target before the MERGE);
-    no listing beyond the two each delta-rs commit makes, nothing read back."""
+    file and commit), the publish intent (one staging commit), and three probes of a
+    next commit file, each a ranged GET of its first byte (the state read, the fencing
+    check, the target before the MERGE); no HEAD, no listing beyond the two each
+    delta-rs commit makes, nothing read back."""
     options = s3.storage_options()
     sink = _sink(uri, options)
     sink.write(_upsert(list(range(100)), "seed"), 0)
@@ -548,15 +549,50 @@ def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
     for version in (2, 3, 4):
         s3.counts(reset=True)
         sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
-        assert _by_verb(s3) == {"HEAD": 3, "LIST": 4, "PUT": 3, "GET": 7}, version
+        assert _by_verb(s3) == {"LIST": 4, "PUT": 3, "GET": 10}, version
     assert [r["v"] for r in rows(uri, options)][4:14] == ["v4"] * 10
     assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(5)}
+
+
+def test_a_steady_direct_write_waits_for_seven_round_trips_before_the_merge(
+    s3: S3Server, uri: str
+) -> None:
+    """Round trips, each request delayed as a remote store delays it: before the MERGE's
+    first request a running sink's 10-row upsert waits for seven, one after another:
+    the state read's probe, the publish intent's five (delta-rs's commit: LIST, PUT,
+    then LIST and two GETs to move the table object), and the fencing check's probe
+    of the staging log sent together with the target's probe (one round trip, not
+    two: neither read depends on the other)."""
+    from tests.storeproxy import StoreProxy, sequential
+
+    proxy = StoreProxy(s3.port)
+    try:
+        options = s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint)
+        sink = _sink(uri, options)
+        sink.write(_upsert(list(range(100)), "seed"), 0)
+        sink.write(_upsert(list(range(10)), "warm"), 1)
+        proxy.set_delay(50)
+        for version in (2, 3):
+            proxy.reset()
+            sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
+            spans = proxy.spans()
+            merge = min(start for start, _, request in spans if ".parquet" in request)
+            before = [(a, b, r) for a, b, r in spans if a < merge]
+            assert len(before) == 8, before
+            assert sequential((a, b) for a, b, _ in before) == 7, before
+            probes = [(a, b) for a, b, r in before[-2:]]
+            assert max(a for a, _ in probes) < min(b for _, b in probes)  # overlapping
+        proxy.set_delay(0)
+        assert [r["v"] for r in rows(uri, options)][3:13] == ["v3"] * 10
+        assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(4)}
+    finally:
+        proxy.stop()
 
 
 def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
     s3: S3Server, uri: str
 ) -> None:
-    """The HEAD that stands in for a listing finds another writer's commit: the MERGE
+    """The probe that stands in for a listing finds another writer's commit: the MERGE
     runs on the snapshot that holds it (its row is updated, not duplicated) and the
     marker read from the sink's own commit still answers for the app."""
     from deltalake import write_deltalake
@@ -580,7 +616,7 @@ def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
 def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s3(
     s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fencing check right before the target commit is one HEAD on S3: it must still
+    """The fencing check right before the target commit is one probe on S3: it must still
     see a newer writer's claim made after the intent."""
     from deltasink.backends.embedded.stage import StagingWriter
 
@@ -604,7 +640,7 @@ def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s
 def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
     s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A HEAD of the next commit file stands in for a listing only for a snapshot known
+    """A probe of the next commit file stands in for a listing only for a snapshot known
     to be the latest less than ``FRESH_S`` ago (so no log clean-up can have removed
     that file since); past it, the log is listed."""
     from deltasink.backends.deltalog import tables
@@ -624,7 +660,7 @@ def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
 
 def test_a_pre_commit_puts_its_file_once_and_reads_nothing_back(s3: S3Server, uri: str) -> None:
     """On S3 delta-rs writes a staged version's file in its commit's call: one PUT (not a
-    multipart upload), the commit, and one HEAD for the state read; the commit after
+    multipart upload), the commit, and one probe (a GET) for the state read; the commit after
     pre-committed versions reads none of them back (nor the staging history)."""
     options = s3.storage_options()
     sink = _sink(uri, options)
@@ -635,7 +671,7 @@ def test_a_pre_commit_puts_its_file_once_and_reads_nothing_back(s3: S3Server, ur
         assert sink.pre_commit(_upsert([version, 20 + version], f"v{version}"), version).state == (
             "staged"
         )
-        assert _by_verb(s3) == {"HEAD": 1, "PUT": 2, "LIST": 2, "GET": 2}, version
+        assert _by_verb(s3) == {"PUT": 2, "LIST": 2, "GET": 3}, version
     staged = [k for k in keys_under(s3, sink.staging) if "/_deltasink_version=" in k]
     assert len(staged) == 2  # one file per version, in its partition
     assert sink.commit(3).committed_versions == [2, 3]

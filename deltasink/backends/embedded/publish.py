@@ -10,18 +10,19 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-from deltalake import QueryBuilder
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import CommitFailedError
 
 from deltasink import _faults
 from deltasink.backends.deltalog.commits import commit_properties, now_ms
 from deltasink.backends.deltalog.history import commits
-from deltasink.backends.deltalog.tables import arrow_schema, note_commit
+from deltasink.backends.deltalog.tables import arrow_schema, note_commit, together
 from deltasink.backends.deltalog.target import TargetLog
 from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError
+from deltasink.locations import is_local
 from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
@@ -46,6 +47,10 @@ __all__ = ["TargetWriter"]
 _COMPACTION_RETRIES = 16
 #: The row counts a commit's result gives (delta-rs's ``num_target_rows_<count>``).
 _COUNTS = ("inserted", "updated", "deleted")
+
+
+def _nothing() -> None:
+    """No fencing check (a caller without one)."""
 
 
 class TargetWriter(TargetLog):
@@ -249,13 +254,16 @@ class TargetWriter(TargetLog):
 
         def once() -> CommitResult:
             for free in range(_COMPACTION_RETRIES, -1, -1):
-                if before_attempt is not None:
-                    before_attempt()
+                # The fencing check and the target's read go out together: neither
+                # depends on the other, and both are done before anything is written.
+                table = together(before_attempt or _nothing, self.open, apart=is_local(self.uri))
                 if recorder is not None:
                     extra[TELEMETRY_KEY] = recorder.metadata()
                 self._attempt_base = None
                 try:
-                    result = self._apply_once(data, spec, app_id, version, extra, versions, markers)
+                    result = self._apply_once(
+                        table, data, spec, app_id, version, extra, versions, markers
+                    )
                 except CommitFailedError:
                     if free and self._only_compactions_since(self._attempt_base):
                         continue
@@ -318,6 +326,7 @@ class TargetWriter(TargetLog):
 
     def _apply_once(
         self,
+        table: DeltaTable | None,
         data: pa.Table,
         spec: MergeSpec,
         app_id: str,
@@ -326,8 +335,8 @@ class TargetWriter(TargetLog):
         versions: Sequence[int],
         markers: Mapping[str, int] | None = None,
     ) -> CommitResult:
-        """One attempt on the newest snapshot: the target created from the batch, or the
-        batch checked against it (its definition, its constraints, then the markers:
+        """One attempt on the newest snapshot (``table``, just read; ``None``: no target
+        yet): the target created from the batch, or the batch checked against it (its definition, its constraints, then the markers:
         :func:`~.attempt.covered`), shaped for its mode and written
         (:func:`~.attempt.write`); then the commit's marker noted as the target's state."""
         start = time.perf_counter()
@@ -339,7 +348,6 @@ class TargetWriter(TargetLog):
             versions=versions,
             markers=markers,
         )
-        table = self.open()
         if table is None:
             rows = created_rows(data, spec) if spec.mode == "scd2" else data
             created = create_target(self, rows, props, list(versions) or [version])
