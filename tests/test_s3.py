@@ -554,15 +554,16 @@ def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
     assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(5)}
 
 
-def test_a_steady_direct_write_waits_for_seven_round_trips_before_the_merge(
+def test_a_steady_direct_write_sends_its_independent_requests_together(
     s3: S3Server, uri: str
 ) -> None:
-    """Round trips, each request delayed as a remote store delays it: before the MERGE's
-    first request a running sink's 10-row upsert waits for seven, one after another:
+    """Round trips, each request delayed as a remote store delays it. Before the MERGE
+    writes its file a running sink's 10-row upsert waits for seven, one after another:
     the state read's probe, the publish intent's five (delta-rs's commit: LIST, PUT,
-    then LIST and two GETs to move the table object), and the fencing check's probe
-    of the staging log sent together with the target's probe (one round trip, not
-    two: neither read depends on the other)."""
+    then LIST and two GETs to move the table object) and the fencing check's probe.
+    The target's probe and the MERGE's three reads of the target's file go out
+    meanwhile: they depend on neither (they were four more). The order that matters
+    stays: the intent and the fencing check are done before the target commit."""
     from tests.storeproxy import StoreProxy, sequential
 
     proxy = StoreProxy(s3.port)
@@ -571,17 +572,20 @@ def test_a_steady_direct_write_waits_for_seven_round_trips_before_the_merge(
         sink = _sink(uri, options)
         sink.write(_upsert(list(range(100)), "seed"), 0)
         sink.write(_upsert(list(range(10)), "warm"), 1)
-        proxy.set_delay(50)
+        staging = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+        target = uri.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+        proxy.set_delay(100)
         for version in (2, 3):
             proxy.reset()
+            s3.counts(reset=True)
             sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
+            assert _by_verb(s3) == {"LIST": 4, "PUT": 3, "GET": 10}
             spans = proxy.spans()
-            merge = min(start for start, _, request in spans if ".parquet" in request)
-            before = [(a, b, r) for a, b, r in spans if a < merge]
-            assert len(before) == 8, before
-            assert sequential((a, b) for a, b, _ in before) == 7, before
-            probes = [(a, b) for a, b, r in before[-2:]]
-            assert max(a for a, _ in probes) < min(b for _, b in probes)  # overlapping
+            written = min(a for a, _, r in spans if r.startswith("PUT") and ".parquet" in r)
+            before = [(a, b) for a, b, _ in spans if a < written]
+            assert (len(before), sequential(before)) == (11, 7), spans
+            commit = min(a for a, _, r in spans if r.startswith("PUT") and target in r)
+            assert max(b for _, b, r in spans if staging in r) < commit, spans
         proxy.set_delay(0)
         assert [r["v"] for r in rows(uri, options)][3:13] == ["v3"] * 10
         assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(4)}
@@ -611,6 +615,38 @@ def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
     ]
     assert txn_commits(s3, uri, "orders") == {0: [0], 1: [2]}
     assert sink.write(_upsert([9], "replay"), 1).results == ()  # a replay: no-op
+
+
+def test_a_failed_intent_stops_the_merge_that_read_the_target_beside_it(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store the MERGE reads the target while the publish intent is
+    committed; an intent that fails (here after the MERGE had time to read the target's
+    files) stops it before its commit: the target is untouched, the version is staged
+    and the error says so, and ``recover()`` publishes it once."""
+    import time
+
+    from deltasink import CommitError
+    from deltasink.backends.embedded.stage import StagingWriter
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(10)), "a"), 0)
+    sink.write(_upsert([1], "warm"), 1)
+
+    def slow_failure(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.5)
+        raise OSError("the store refused the intent")
+
+    monkeypatch.setattr(StagingWriter, "record_intent", slow_failure)
+    with pytest.raises(CommitError, match=r"the store refused the intent.*staged now"):
+        sink.write(_upsert([2, 3], "b"), 2)
+    monkeypatch.undo()
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1]}
+    assert [r["v"] for r in rows(uri, options)][1:4] == ["warm", "a", "a"]
+    assert sink.recover().committed_version == 2
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}
+    assert [r["v"] for r in rows(uri, options)][1:4] == ["warm", "b", "b"]
 
 
 def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s3(

@@ -9,7 +9,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -26,6 +26,7 @@ from .damage import checked, unreadable_log
 
 __all__ = [
     "arrow_schema",
+    "begin",
     "commit_file",
     "mark_latest",
     "note_commit",
@@ -233,18 +234,25 @@ _T = TypeVar("_T")
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="deltasink-read")
 
 
-def together(first: Callable[[], object], second: Callable[[], _T], *, apart: bool) -> _T:
+def begin(call: Callable[[], _T]) -> Future[_T]:
+    """``call`` started on a pool thread, with the caller's context variables."""
+    return _POOL.submit(contextvars.copy_context().run, call)
+
+
+def together(first: Callable[[], object] | None, second: Callable[[], _T], *, apart: bool) -> _T:
     """Run ``first`` and ``second`` at the same time (``first`` on a pool thread, with
     the caller's context variables) and return ``second``'s result once both are done;
     ``first``'s error is raised before ``second``'s. ``apart``: one after the other
-    instead (``first`` first), for reads that cost no round trip (local files).
+    instead (``first`` first), for reads that cost no round trip (local files);
+    ``first`` may be ``None`` (nothing to run beside ``second``).
 
     For independent reads of object stores (a probe of each log, :func:`refresh`):
     each waits on a round trip, and the two waits overlap."""
-    if apart:
-        first()
+    if first is None or apart:
+        if first is not None:
+            first()
         return second()
-    future = _POOL.submit(contextvars.copy_context().run, first)
+    future = begin(first)
     try:
         result = second()
     finally:
