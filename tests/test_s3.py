@@ -593,14 +593,19 @@ def test_a_steady_direct_write_sends_its_independent_requests_together(
         proxy.stop()
 
 
+@pytest.mark.parametrize("span", [1024, 1])
 def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
-    s3: S3Server, uri: str
+    s3: S3Server, uri: str, span: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe that stands in for a listing finds another writer's commit: the MERGE
     runs on the snapshot that holds it (its row is updated, not duplicated) and the
-    marker read from the sink's own commit still answers for the app."""
+    marker read from the sink's own commit still answers for the app. ``span``: the
+    commit files one probe handler knows (1: a new handler for every probe)."""
     from deltalake import write_deltalake
 
+    from deltasink.backends.deltalog import tables
+
+    monkeypatch.setattr(tables, "_PROBE_SPAN", span)
     options = s3.storage_options()
     sink = _sink(uri, options)
     sink.write(_upsert([1], "a"), 0)

@@ -211,7 +211,7 @@ def _exists(table: DeltaTable, version: int) -> bool:
 
 
 #: Commit files a probe handler knows (:func:`_probe`): one is made per this many versions.
-_PROBE_SPAN = 4096
+_PROBE_SPAN = 1024
 
 
 def _probe(table: DeltaTable, version: int) -> DeltaFileSystemHandler:
@@ -230,13 +230,21 @@ def _probe(table: DeltaTable, version: int) -> DeltaFileSystemHandler:
 
 
 _T = TypeVar("_T")
-#: Threads for reads that go out together (:func:`together`).
-_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="deltasink-read")
+
+
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="deltasink-read")
+
+
+#: Threads for requests that go out together (:func:`begin`); a forked child gets its
+#: own (the parent's threads are not in it).
+_POOL = [_pool()]
+os.register_at_fork(after_in_child=lambda: _POOL.__setitem__(0, _pool()))
 
 
 def begin(call: Callable[[], _T]) -> Future[_T]:
     """``call`` started on a pool thread, with the caller's context variables."""
-    return _POOL.submit(contextvars.copy_context().run, call)
+    return _POOL[0].submit(contextvars.copy_context().run, call)
 
 
 def together(first: Callable[[], object] | None, second: Callable[[], _T], *, apart: bool) -> _T:
