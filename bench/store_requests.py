@@ -25,7 +25,8 @@ and 60 ms as S3's conditional write measures). Parts:
   one kept-open MERGE of their union carrying the marker. Both the whole (staging
   writes and commit) and the commit alone against the MERGE alone.
 * **latency**: the same write and coalesced commit with every request delayed; median
-  wall time per operation, each side measured alternately.
+  wall time per operation, each side measured alternately, and the median of a
+  write's sequential round trips (requests sent together count once).
 * **trace**: one steady-state ``sink.write`` and one ``merge_txn`` write per store,
   each request with the call that caused it (:class:`bench.stores.Tracer`), so every
   request above the MERGE's is named.
@@ -256,18 +257,23 @@ def latency(store: Store, delay_ms: float, runs: int) -> dict[str, Any]:
             writers[side](version, batch(version, rows))
     store.proxy.set_delay(delay_ms)
     times: dict[str, list[float]] = {side: [] for side in writers}
+    trips: dict[str, list[int]] = {side: [] for side in writers}
     try:
         for i in range(runs):
             version = WARM_UP + i
             order = list(writers) if i % 2 == 0 else list(reversed(writers))
             for side in order:
                 data = batch(version, rows)
+                store.proxy.reset()
                 start = time.perf_counter()
                 writers[side](version, data)
                 times[side].append((time.perf_counter() - start) * 1000)
+                trips[side].append(store.proxy.round_trips())
     finally:
         store.proxy.set_delay(0)
     out: dict[str, Any] = {side: _ms(t) for side, t in times.items()}
+    for side, counted in trips.items():  # requests one after another (sent together: one)
+        out[side]["round_trips"] = statistics.median(counted)
     out["ratio"] = out["sink"]["median"] / out["merge_txn"]["median"]
     out["coalesced"] = _coalesced_latency(store, delay_ms, max(3, runs // 5))
     return out

@@ -193,7 +193,7 @@ class Tracer:
             ) is original:
                 self._wrap(module, "write_deltalake", "deltalake.write_deltalake")
         self._wrap(tables, "_txn_since", "deltalog.tables._txn_since (commit files by name)")
-        self._wrap(tables, "_exists", "deltalog.tables._exists (HEAD of the next commit file)")
+        self._wrap(tables, "_exists", "deltalog.tables._exists (probe of the next commit file)")
         from deltasink.backends.embedded import retention
 
         self._wrap(retention, "delete_old_log", "embedded.retention.delete_old_log")

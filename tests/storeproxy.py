@@ -24,11 +24,12 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "StoreProxy", "kind"]
+__all__ = ["KINDS", "StoreProxy", "kind", "sequential"]
 
 #: The verbs counted, in the order reports print them.
 KINDS = ("GET", "HEAD", "PUT", "LIST", "DELETE", "COPY", "POST", "DYNAMODB")
@@ -54,6 +55,17 @@ def kind(method: str, path: str, headers: Any) -> str:
     return method
 
 
+def sequential(spans: Iterable[tuple[float, float]]) -> int:
+    """The longest chain of ``(start, end)`` spans each starting after the previous one
+    ended: the round trips a client waited for one after another (spans that overlap
+    went out together). The earliest-ending span first, greedily, gives the longest."""
+    count, free = 0, float("-inf")
+    for start, end in sorted(spans, key=lambda span: span[1]):
+        if start >= free:
+            count, free = count + 1, end
+    return count
+
+
 class _State:
     def __init__(self, upstream: int, delay_ms: float) -> None:
         self.upstream = upstream
@@ -61,6 +73,8 @@ class _State:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.log: list[str] = []
+        #: (start, end, request) of each forwarded request, seconds on the proxy's clock.
+        self.spans: list[tuple[float, float, str]] = []
 
 
 def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -82,9 +96,12 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                     answer = list(state.log)
                 elif what == "counts":
                     answer = dict(state.counts)
+                elif what == "spans":
+                    answer = list(state.spans)
                 elif what == "reset":
                     state.counts.clear()
                     state.log.clear()
+                    state.spans.clear()
                 elif what == "delay":
                     state.delay_s = float(body.decode()) / 1000
             out = json.dumps(answer).encode()
@@ -101,6 +118,7 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 self._control(body)
                 return
             verb = kind(self.command, self.path, self.headers)
+            start = time.monotonic()
             with state.lock:
                 state.counts[verb] += 1
                 if len(state.log) < 100_000:
@@ -135,6 +153,10 @@ def _handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+            self.wfile.flush()
+            with state.lock:
+                if len(state.spans) < 100_000:
+                    state.spans.append((start, time.monotonic(), f"{verb} {self.path}"))
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _forward
 
@@ -196,8 +218,19 @@ class StoreProxy:
         seen: list[str] = self._call("log")
         return seen
 
+    def spans(self) -> list[tuple[float, float, str]]:
+        """``(start, end, request)`` of each request since the last reset, in the order
+        they answered (seconds on the proxy's clock; ``request`` as in :meth:`log`)."""
+        return [(float(a), float(b), str(r)) for a, b, r in self._call("spans")]
+
+    def round_trips(self) -> int:
+        """The requests since the last reset that ran one after another (:func:`sequential`:
+        what a client waits for when each request takes one round trip; requests sent
+        together count once)."""
+        return sequential([(a, b) for a, b, _ in self.spans()])
+
     def reset(self) -> None:
-        """Clear the counts and the log."""
+        """Clear the counts, the log and the round trips."""
         self._call("reset")
 
     def set_delay(self, delay_ms: float) -> None:

@@ -538,9 +538,10 @@ def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
     s3: S3Server, uri: str
 ) -> None:
     """Exact requests of a running sink's 10-row upsert, by verb: the MERGE's (its data
-    file and commit), the publish intent (one staging commit), and three HEADs of a
-    next commit file (the state read, the fencing check, the target before the MERGE);
-    no listing beyond the two each delta-rs commit makes, nothing read back."""
+    file and commit), the publish intent (one staging commit), and three probes of a
+    next commit file, each a ranged GET of its first byte (the state read, the fencing
+    check, the target before the MERGE); no HEAD, no listing beyond the two each
+    delta-rs commit makes, nothing read back."""
     options = s3.storage_options()
     sink = _sink(uri, options)
     sink.write(_upsert(list(range(100)), "seed"), 0)
@@ -548,19 +549,63 @@ def test_a_steady_direct_write_costs_the_merge_and_one_staging_commit(
     for version in (2, 3, 4):
         s3.counts(reset=True)
         sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
-        assert _by_verb(s3) == {"HEAD": 3, "LIST": 4, "PUT": 3, "GET": 7}, version
+        assert _by_verb(s3) == {"LIST": 4, "PUT": 3, "GET": 10}, version
     assert [r["v"] for r in rows(uri, options)][4:14] == ["v4"] * 10
     assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(5)}
 
 
-def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
+def test_a_steady_direct_write_sends_its_independent_requests_together(
     s3: S3Server, uri: str
 ) -> None:
-    """The HEAD that stands in for a listing finds another writer's commit: the MERGE
+    """Round trips, each request delayed as a remote store delays it. Before the MERGE
+    writes its file a running sink's 10-row upsert waits for seven, one after another:
+    the state read's probe, the publish intent's five (delta-rs's commit: LIST, PUT,
+    then LIST and two GETs to move the table object) and the fencing check's probe.
+    The target's probe and the MERGE's three reads of the target's file go out
+    meanwhile: they depend on neither (they were four more). The order that matters
+    stays: the intent and the fencing check are done before the target commit."""
+    from tests.storeproxy import StoreProxy, sequential
+
+    proxy = StoreProxy(s3.port)
+    try:
+        options = s3.storage_options(AWS_ENDPOINT_URL=proxy.endpoint)
+        sink = _sink(uri, options)
+        sink.write(_upsert(list(range(100)), "seed"), 0)
+        sink.write(_upsert(list(range(10)), "warm"), 1)
+        staging = sink.staging.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+        target = uri.removeprefix(f"s3://{BUCKET}/") + "/_delta_log/"
+        proxy.set_delay(100)
+        for version in (2, 3):
+            proxy.reset()
+            s3.counts(reset=True)
+            sink.write(_upsert(list(range(version, version + 10)), f"v{version}"), version)
+            assert _by_verb(s3) == {"LIST": 4, "PUT": 3, "GET": 10}
+            spans = proxy.spans()
+            written = min(a for a, _, r in spans if r.startswith("PUT") and ".parquet" in r)
+            before = [(a, b) for a, b, _ in spans if a < written]
+            assert (len(before), sequential(before)) == (11, 7), spans
+            commit = min(a for a, _, r in spans if r.startswith("PUT") and target in r)
+            assert max(b for _, b, r in spans if staging in r) < commit, spans
+        proxy.set_delay(0)
+        assert [r["v"] for r in rows(uri, options)][3:13] == ["v3"] * 10
+        assert txn_commits(s3, uri, "orders") == {v: [v] for v in range(4)}
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("span", [1024, 1])
+def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
+    s3: S3Server, uri: str, span: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe that stands in for a listing finds another writer's commit: the MERGE
     runs on the snapshot that holds it (its row is updated, not duplicated) and the
-    marker read from the sink's own commit still answers for the app."""
+    marker read from the sink's own commit still answers for the app. ``span``: the
+    commit files one probe handler knows (1: a new handler for every probe)."""
     from deltalake import write_deltalake
 
+    from deltasink.backends.deltalog import tables
+
+    monkeypatch.setattr(tables, "_PROBE_SPAN", span)
     options = s3.storage_options()
     sink = _sink(uri, options)
     sink.write(_upsert([1], "a"), 0)
@@ -577,10 +622,42 @@ def test_a_commit_by_another_writer_between_writes_is_read_before_the_merge(
     assert sink.write(_upsert([9], "replay"), 1).results == ()  # a replay: no-op
 
 
+def test_a_failed_intent_stops_the_merge_that_read_the_target_beside_it(
+    s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an object store the MERGE reads the target while the publish intent is
+    committed; an intent that fails (here after the MERGE had time to read the target's
+    files) stops it before its commit: the target is untouched, the version is staged
+    and the error says so, and ``recover()`` publishes it once."""
+    import time
+
+    from deltasink import CommitError
+    from deltasink.backends.embedded.stage import StagingWriter
+
+    options = s3.storage_options()
+    sink = _sink(uri, options)
+    sink.write(_upsert(list(range(10)), "a"), 0)
+    sink.write(_upsert([1], "warm"), 1)
+
+    def slow_failure(writer: StagingWriter, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.5)
+        raise OSError("the store refused the intent")
+
+    monkeypatch.setattr(StagingWriter, "record_intent", slow_failure)
+    with pytest.raises(CommitError, match=r"the store refused the intent.*staged now"):
+        sink.write(_upsert([2, 3], "b"), 2)
+    monkeypatch.undo()
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1]}
+    assert [r["v"] for r in rows(uri, options)][1:4] == ["warm", "a", "a"]
+    assert sink.recover().committed_version == 2
+    assert txn_commits(s3, uri, "orders") == {0: [0], 1: [1], 2: [2]}
+    assert [r["v"] for r in rows(uri, options)][1:4] == ["warm", "b", "b"]
+
+
 def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s3(
     s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fencing check right before the target commit is one HEAD on S3: it must still
+    """The fencing check right before the target commit is one probe on S3: it must still
     see a newer writer's claim made after the intent."""
     from deltasink.backends.embedded.stage import StagingWriter
 
@@ -604,7 +681,7 @@ def test_a_claim_after_the_intent_fences_the_write_before_the_target_commit_on_s
 def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
     s3: S3Server, uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A HEAD of the next commit file stands in for a listing only for a snapshot known
+    """A probe of the next commit file stands in for a listing only for a snapshot known
     to be the latest less than ``FRESH_S`` ago (so no log clean-up can have removed
     that file since); past it, the log is listed."""
     from deltasink.backends.deltalog import tables
@@ -624,7 +701,7 @@ def test_a_snapshot_older_than_the_freshness_window_is_listed_again(
 
 def test_a_pre_commit_puts_its_file_once_and_reads_nothing_back(s3: S3Server, uri: str) -> None:
     """On S3 delta-rs writes a staged version's file in its commit's call: one PUT (not a
-    multipart upload), the commit, and one HEAD for the state read; the commit after
+    multipart upload), the commit, and one probe (a GET) for the state read; the commit after
     pre-committed versions reads none of them back (nor the staging history)."""
     options = s3.storage_options()
     sink = _sink(uri, options)
@@ -635,7 +712,7 @@ def test_a_pre_commit_puts_its_file_once_and_reads_nothing_back(s3: S3Server, ur
         assert sink.pre_commit(_upsert([version, 20 + version], f"v{version}"), version).state == (
             "staged"
         )
-        assert _by_verb(s3) == {"HEAD": 1, "PUT": 2, "LIST": 2, "GET": 2}, version
+        assert _by_verb(s3) == {"PUT": 2, "LIST": 2, "GET": 3}, version
     staged = [k for k in keys_under(s3, sink.staging) if "/_deltasink_version=" in k]
     assert len(staged) == 2  # one file per version, in its partition
     assert sink.commit(3).committed_versions == [2, 3]

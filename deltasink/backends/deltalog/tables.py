@@ -4,11 +4,13 @@ writer's ``txn`` version read once per table version."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -24,6 +26,7 @@ from .damage import checked, unreadable_log
 
 __all__ = [
     "arrow_schema",
+    "begin",
     "commit_file",
     "mark_latest",
     "note_commit",
@@ -31,6 +34,7 @@ __all__ = [
     "plain",
     "recently_latest",
     "refresh",
+    "together",
 ]
 
 # What this module caches on a DeltaTable it opened (plain attributes of the object).
@@ -38,6 +42,7 @@ _LATEST_AT = attribute("latest_at")  # when it was last brought up to date (mono
 _STORE = attribute("store")  # its object-store handler
 _TXNS = attribute("txns")  # txn markers read, by (log version, app id)
 _COMMITS = attribute("commits")  # commit texts read, by log version
+_PROBE = attribute("probe")  # (first version, handler) probing commit files
 
 
 def _has_commits(uri: str) -> bool:
@@ -145,8 +150,8 @@ def refresh(
     commits without gaps, so nothing was committed after ``table``'s version. On a local
     filesystem that is one ``stat`` (and one more that ``table``'s own commit file is
     still there) instead of delta-rs's listing of the whole ``_delta_log``; on an object
-    store one ``HEAD`` of that file instead of delta-rs's ``LIST`` and
-    ``_last_checkpoint`` ``GET``, for a snapshot known to have been the latest less than
+    store one read of that file's first byte (:func:`_exists`) instead of delta-rs's
+    ``LIST`` and ``_last_checkpoint`` ``GET``, for a snapshot known to have been the latest less than
     :data:`FRESH_S` seconds ago (so no log clean-up can have removed the next commit
     file since: a staging log keeps ten minutes). So a writer that made the last commit
     itself refreshes at a cost independent of the table's history."""
@@ -160,7 +165,7 @@ def refresh(
             # Commits are numbered without gaps: no commit after ``version`` exists, so
             # ``table`` is up to date (delta-rs would list the whole log to find that).
             return table
-    elif recently_latest(table) and not _exists(table, f"_delta_log/{version + 1:020d}.json"):
+    elif recently_latest(table) and not _exists(table, version + 1):
         mark_latest(table)
         return table
     try:
@@ -189,16 +194,80 @@ def recently_latest(table: DeltaTable) -> bool:
     return seen is not None and time.monotonic() - seen < FRESH_S
 
 
-def _exists(table: DeltaTable, path: str) -> bool:
-    """Whether ``path`` (relative to the table's root) exists in the table's store: one
-    ``HEAD``; ``True`` when that cannot be told (the caller then reads the log)."""
+def _exists(table: DeltaTable, version: int) -> bool:
+    """Whether commit file ``version`` exists in the table's store: one ranged ``GET``
+    of its first byte, made without holding the GIL (so a probe of another log on
+    another thread goes out at the same time, :func:`together`; deltalake's
+    ``open_input_file`` makes a ``HEAD`` holding it); ``True`` when that cannot be told
+    (the caller then reads the log)."""
+    path = f"_delta_log/{version:020d}.json"
     try:
-        _store(table).open_input_file(path)  # a HEAD (get_file_info lists, then HEADs)
+        _probe(table, version).open_input_file(path).read(1)
     except FileNotFoundError:
         return False
-    except OSError:
+    except Exception:  # anything else (an empty file, an outage): read the log
         return True
     return True
+
+
+#: Commit files a probe handler knows (:func:`_probe`): one is made per this many versions.
+_PROBE_SPAN = 1024
+
+
+def _probe(table: DeltaTable, version: int) -> DeltaFileSystemHandler:
+    """A handler for ``table``'s root told a size of one byte for the commit files from
+    about ``version`` on, so opening one makes no request and reading its first byte
+    is the only one (deltalake releases the GIL for reads, not for the ``HEAD`` of an
+    opening). Made again once versions move past it (making one takes milliseconds)."""
+    held: tuple[int, DeltaFileSystemHandler] | None = getattr(table, _PROBE, None)
+    if held is not None and held[0] <= version < held[0] + _PROBE_SPAN:
+        return held[1]
+    options = dict(getattr(table, "_storage_options", None) or {})
+    sizes = {f"_delta_log/{n:020d}.json": 1 for n in range(version, version + _PROBE_SPAN)}
+    handler = DeltaFileSystemHandler(str(table.table_uri), options, known_sizes=sizes)
+    setattr(table, _PROBE, (version, handler))
+    return handler
+
+
+_T = TypeVar("_T")
+
+
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="deltasink-read")
+
+
+#: Threads for requests that go out together (:func:`begin`); a forked child gets its
+#: own (the parent's threads are not in it).
+_POOL = [_pool()]
+os.register_at_fork(after_in_child=lambda: _POOL.__setitem__(0, _pool()))
+
+
+def begin(call: Callable[[], _T]) -> Future[_T]:
+    """``call`` started on a pool thread, with the caller's context variables."""
+    return _POOL[0].submit(contextvars.copy_context().run, call)
+
+
+def together(first: Callable[[], object] | None, second: Callable[[], _T], *, apart: bool) -> _T:
+    """Run ``first`` and ``second`` at the same time (``first`` on a pool thread, with
+    the caller's context variables) and return ``second``'s result once both are done;
+    ``first``'s error is raised before ``second``'s. ``apart``: one after the other
+    instead (``first`` first), for reads that cost no round trip (local files);
+    ``first`` may be ``None`` (nothing to run beside ``second``).
+
+    For independent reads of object stores (a probe of each log, :func:`refresh`):
+    each waits on a round trip, and the two waits overlap."""
+    if first is None or apart:
+        if first is not None:
+            first()
+        return second()
+    future = begin(first)
+    try:
+        result = second()
+    finally:
+        error = future.exception()
+    if error is not None:
+        raise error
+    return result
 
 
 def _store(table: DeltaTable) -> DeltaFileSystemHandler:

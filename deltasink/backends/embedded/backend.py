@@ -234,28 +234,27 @@ class EmbeddedBackend:
         return self._auditor.audit(staged)
 
     def publish_prepared(self, prepared: Prepared) -> CommitResult:
-        """Publish without staging: one commit without data in the staging log, the
-        publish intent before the target commit, which also records the committed
-        mark of the state ``write()`` read (the previous write's version: its own
-        outcome is the target commit's marker, and the next write's intent records it).
-
-        The staging log is read once here, right before the target commit (the
-        fencing check that must see a claim made after the intent). The epoch is
-        first checked on the state ``write()`` read at its start: the intent commit
-        made on that state fails if anyone claimed since (see
-        :meth:`~.stage.StagingWriter.record_intent`). Whether an intent without a
-        recorded outcome landed is read from the target's history when its marker
-        cannot tell (:meth:`read_state`)."""
+        """Publish without staging: the publish intent (a staging commit without data,
+        with the committed mark of the state ``write()`` read) durable before the
+        target commit, then the fencing check (a claim since the intent); on an object
+        store both go out while the target is read (:meth:`~.claims.Claims.publishing`).
+        The intent is made on the state ``write()`` read: a claim since fails it
+        (:meth:`~.stage.StagingWriter.record_intent`). An intent without a recorded
+        outcome is settled from the target's history (:meth:`read_state`)."""
         version = prepared.version
         epoch = self._claims.claim_for(prepared, fresh=False)
-        self._claims.announce(version, epoch=epoch, mark=self._committed())
-        result = self.target.apply(
-            prepared.payload,
-            spec=self.spec_for_new_versions(),
-            app_id=self.app_id,
-            version=version,
-            metadata=self._metadata(version, prepared.rows, origin=prepared.origin),
-            before_attempt=self._claims.fence,
+        result = self._claims.publishing(
+            version,
+            epoch=epoch,
+            mark=self._committed(),
+            apply=lambda check: self.target.apply(
+                prepared.payload,
+                spec=self.spec_for_new_versions(),
+                app_id=self.app_id,
+                version=version,
+                metadata=self._metadata(version, prepared.rows, origin=prepared.origin),
+                before_attempt=check,
+            ),
         )
         self._staged.drop([version])
         return result

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 
 from deltasink.backends.deltalog.staging import StagingLog
 from deltasink.core.protocol import Prepared
+from deltasink.locations import is_local
 from deltasink.shapes.spec import MergeSpec
 
+from .attempt import Gate, GateError
 from .audit import Auditor
 from .fencing import Fence
 from .stage import StagingWriter
@@ -20,6 +23,7 @@ from .stage import StagingWriter
 __all__ = ["Claims", "foreign_intent"]
 
 logger = logging.getLogger("deltasink")
+_T = TypeVar("_T")
 
 
 def foreign_intent(
@@ -168,3 +172,41 @@ class Claims:
         if epoch is not None:
             self.writer.record_intent(version, epoch=epoch, verified=True, mark=mark)
             self.intent = version
+
+    def publishing(
+        self,
+        version: int,
+        *,
+        epoch: int,
+        mark: int | None,
+        apply: Callable[[Callable[[], object]], _T],
+    ) -> _T:
+        """Record the publish intent for ``version`` (:meth:`announce`), then run
+        ``apply`` (the target commit) with the fencing check to make before each of its
+        attempts; returns what ``apply`` returns.
+
+        On an object store the intent and the check right after it are round trips of
+        their own, which the target commit's first attempt does not wait for: they go
+        out on a pool thread while the attempt reads the target (and a MERGE the
+        target's files), and the attempt waits for them right before it commits
+        (:class:`~.attempt.Gate`). The order that matters is kept: the intent is
+        durable and the check passed before the target commit, and a failure of
+        either stops the attempt before it (raised as the intent's or the check's own
+        error, e.g. :class:`~deltasink.errors.FencedError`)."""
+        if is_local(self.log.target):
+            self.announce(version, epoch=epoch, mark=mark)
+            return apply(self.fence)
+
+        def checks() -> None:
+            self.announce(version, epoch=epoch, mark=mark)
+            self.fence()
+
+        gate = Gate(checks, self.fence)
+        try:
+            result = apply(gate)
+            gate.wait()
+            return result
+        except GateError as failed:
+            raise failed.error  # noqa: B904 - the checks' own error, as announce raised it
+        finally:
+            gate.settle()  # never leave the checks running behind the caller

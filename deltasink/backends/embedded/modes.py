@@ -26,7 +26,15 @@ from .generated import fill, plan
 from .prune import PRUNE_WHEN_OVERLAP_AT_MOST, STREAM_ABOVE_ROWS, overlap
 from .scd2 import merge_history
 
-__all__ = ["DIALECT", "WRITE_MODE", "ModeBatch", "append", "replace_slice", "target_sql"]
+__all__ = [
+    "DIALECT",
+    "WRITE_MODE",
+    "ModeBatch",
+    "append",
+    "gated",
+    "replace_slice",
+    "target_sql",
+]
 
 #: The SQL this engine's target statements are written in: delta-rs's (DataFusion).
 DIALECT: Dialect = "delta-rs"
@@ -61,6 +69,9 @@ class ModeBatch(NamedTuple):
     #: refuses a target whose files delta-rs would read back wrong
     #: (:class:`~.timestamps.Int96Guard`).
     before_rewrite: Callable[[DeltaTable], None] | None = None
+    #: To pass before the commit (a direct write's intent and fencing check, still
+    #: running: :class:`~.attempt.Gate`); raises when they failed.
+    gate: Callable[[], None] | None = None
 
     @property
     def sql(self) -> TargetSql:
@@ -144,6 +155,18 @@ def replace_slice(
     return values.num_rows, deleted
 
 
+def gated(source: pa.Table, gate: Callable[[], None]) -> pa.RecordBatchReader:
+    """``source`` as a stream whose first read waits for ``gate`` (and raises its
+    error): a MERGE given it reads the target's files meanwhile, and cannot commit
+    before it has read its whole source, so not before ``gate`` passed."""
+
+    def batches() -> Any:
+        gate()
+        yield from source.to_batches()
+
+    return pa.RecordBatchReader.from_batches(source.schema, batches())
+
+
 def _append_mode(b: ModeBatch) -> dict[str, Any]:
     inserted = append(b.table, b.values, b.spec, b.props, blank=b.blank)
     return {"num_target_rows_inserted": inserted}
@@ -174,6 +197,8 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         # exactly the snapshot whose statistics proved the keys absent: no commit
         # retries; a concurrent commit fails it and the next attempt decides anew.
         rows = values if flag is None else values.filter(pc.invert(flag))
+        if b.gate is not None:
+            b.gate()
         inserted = append(table, rows, spec, props, max_commit_retries=0, blank=b.blank)
         return {"num_target_rows_inserted": inserted}
     b.rewrites()
@@ -195,8 +220,11 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         sql=b.sql,
         empty_as_null=b.blank,
     )
+    streamed = ranges is None or values.num_rows >= STREAM_ABOVE_ROWS
+    if b.gate is not None and not streamed:
+        b.gate()  # a source held whole is read before the target: nothing to overlap
     merger = table.merge(
-        source,
+        gated(source, b.gate) if b.gate is not None and streamed else source,
         plan.on,
         source_alias=SOURCE,
         target_alias=TARGET,
@@ -208,7 +236,7 @@ def _merge_mode(b: ModeBatch) -> dict[str, Any]:
         # compares with statistics truncated to the millisecond for timestamps: a
         # compaction of the row's file beside the MERGE went unseen and the key was
         # inserted a second time (found by the writers model, seed 865641963).
-        streamed_exec=ranges is None or values.num_rows >= STREAM_ABOVE_ROWS,
+        streamed_exec=streamed,
         commit_properties=props,
         post_commithook_properties=post_commit_hooks(table),
     )

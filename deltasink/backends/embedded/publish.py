@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
-from deltalake import QueryBuilder
+from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import CommitFailedError
 
 from deltasink import _faults
@@ -22,6 +22,7 @@ from deltasink.backends.deltalog.turns import turn
 from deltasink.core import telemetry
 from deltasink.core.protocol import CommitResult
 from deltasink.errors import CommitError, ConfigurationError
+from deltasink.locations import is_local
 from deltasink.ops.history import TELEMETRY_KEY, is_compaction
 from deltasink.retry import retry
 from deltasink.shapes.merge import TARGET
@@ -31,7 +32,7 @@ from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.spec_rules import check_source_condition
 from deltasink.shapes.table import TableDefinition, TableSpec, check_definition
 
-from .attempt import covered, mode_batch, write
+from .attempt import covered, mode_batch, read_fenced, settled, write
 from .compaction import auto_compact, compact_after_commit
 from .constraints import ConstraintJudge
 from .creating import create_target
@@ -242,21 +243,24 @@ class TargetWriter(TargetLog):
         markers: Mapping[str, int] | None,
         recorder: telemetry.Recorder | None,
     ) -> Callable[[], CommitResult]:
-        """One attempt as :meth:`_retried` runs it: the fencing check and the commit's
-        telemetry so far before each :meth:`_apply_once`; one that lost only to
+        """One attempt as :meth:`_retried` runs it: the fencing check (sent with the
+        target's read, :func:`~.attempt.read_fenced`) and the commit's telemetry so far
+        before each :meth:`_apply_once`; one that lost only to
         compactions (rows unchanged) is redone at once, without using up an attempt, so
         a busy compactor cannot stop the writer."""
         extra = dict(metadata)
 
         def once() -> CommitResult:
             for free in range(_COMPACTION_RETRIES, -1, -1):
-                if before_attempt is not None:
-                    before_attempt()
+                table, gate = read_fenced(before_attempt, self.open, apart=is_local(self.uri))
                 if recorder is not None:
                     extra[TELEMETRY_KEY] = recorder.metadata()
                 self._attempt_base = None
                 try:
-                    result = self._apply_once(data, spec, app_id, version, extra, versions, markers)
+                    result = settled(
+                        gate, self._apply_once, table, data, spec, app_id, version, extra,
+                        versions, markers, gate,
+                    )  # fmt: skip
                 except CommitFailedError:
                     if free and self._only_compactions_since(self._attempt_base):
                         continue
@@ -319,6 +323,7 @@ class TargetWriter(TargetLog):
 
     def _apply_once(
         self,
+        table: DeltaTable | None,
         data: pa.Table,
         spec: MergeSpec,
         app_id: str,
@@ -326,9 +331,11 @@ class TargetWriter(TargetLog):
         metadata: Mapping[str, Any],
         versions: Sequence[int],
         markers: Mapping[str, int] | None = None,
+        gate: Callable[[], None] | None = None,
     ) -> CommitResult:
-        """One attempt on the newest snapshot: the target created from the batch, or the
-        batch checked against it (its definition, its constraints, then the markers:
+        """One attempt on ``table`` just read (``None``: no target; ``gate``: checks to pass
+        before its commit, :class:`~.attempt.Gate`): the target created from the batch,
+        or the batch checked against it (definition, constraints, then the markers:
         :func:`~.attempt.covered`), shaped for its mode and written
         (:func:`~.attempt.write`); then the commit's marker noted as the target's state."""
         start = time.perf_counter()
@@ -340,8 +347,9 @@ class TargetWriter(TargetLog):
             versions=versions,
             markers=markers,
         )
-        table = self.open()
         if table is None:
+            if gate is not None:
+                gate()
             rows = created_rows(data, spec) if spec.mode == "scd2" else data
             created = create_target(self, rows, props, list(versions) or [version])
             if created is not None:
@@ -352,7 +360,7 @@ class TargetWriter(TargetLog):
         self.constraints.check(table, data, spec, versions=versions or [version], app_id=app_id)
         if covered(table, self.uri, app_id, version, versions, markers):
             return CommitResult(version, "already_committed", rows=data.num_rows)
-        batch = mode_batch(table, data, spec, props, self.uri, self._int96.check)
+        batch = mode_batch(table, data, spec, props, self.uri, self._int96.check, gate)
         before = self._attempt_base = table.version()
         _faults.point("publish.before_target_commit", versions=list(versions) or [version])
         metrics = write(batch, before)
