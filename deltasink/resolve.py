@@ -21,7 +21,7 @@ from deltasink.reserved import STAGING_SUFFIX
 from deltasink.settings import AuditChecks, StoreOptions, Timeouts, grouped
 from deltasink.shapes.spec import MergeSpec
 from deltasink.shapes.table import TableSpec
-from deltasink.stores import check_spark_log_store, checked_options
+from deltasink.stores import check_spark_log_store, checked_options, opted_in
 
 __all__ = ["SinkSettings", "locate", "resolve"]
 
@@ -171,7 +171,10 @@ def resolve(
         session = spark if spark is not None else _active_spark()
         if session is not None:
             check_spark_log_store(
-                session, [located, staged_at], allow_unsafe_commits=store.allow_unsafe_commits
+                session,
+                [located, staged_at],
+                # the flat keyword, or the storage option (the CLI's `-o`)
+                allow_unsafe_commits=store.allow_unsafe_commits or opted_in(store.storage_options),
             )
     return SinkSettings(
         target=located,
