@@ -119,9 +119,9 @@ test-spark35: $(STAMP35)
 # and s3://. The S3A jars of Spark 3.5's Hadoop line (hadoop-aws 3.3.1, the AWS SDK
 # bundle 1.11.901) ship inside the PyPI package sagemaker-pyspark: its archive is
 # downloaded once (hash pinned, nothing installed) and the two jars unpacked into
-# build/s3a-jars/ (git-ignored). No registry package ships Spark 4's (Hadoop 3.4, AWS SDK
-# v2): the S3 part runs on the 3.5 line. Delta's S3DynamoDBLogStore ships in none either:
-# its racing-writers test skips unless DELTASINK_S3_DYNAMODB_JAR names the jar.
+# build/s3a-jars/ (git-ignored). No registry package was found with Spark 4's (Hadoop
+# 3.4, AWS SDK v2): the S3 part runs on the 3.5 line. Delta's S3DynamoDBLogStore ships
+# in none: its racing-writers test skips unless DELTASINK_S3_DYNAMODB_JAR names the jar.
 # Deselected from `make test` by the addopts' `not spark_s3`; this selects it.
 SAGEMAKER_PYSPARK := 1.4.5
 SAGEMAKER_SHA256  := 05ca2d5081d7138ce29a8fb0a9cba077f28c825288ed07aed46a82e63c0bf1fb
