@@ -22,7 +22,7 @@ from deltasink.settings import AuditChecks, StoreOptions, Timeouts, grouped
 from deltasink.shapes.spec import PREDICATES, MergeSpec
 from deltasink.shapes.spec_rules import with_session_mode
 from deltasink.shapes.table import TableSpec
-from deltasink.stores import check_spark_log_store, checked_options
+from deltasink.stores import check_spark_log_store, checked_options, opted_in
 
 __all__ = ["SinkSettings", "locate", "resolve"]
 
@@ -169,12 +169,13 @@ def resolve(
         or not ENGINES[chosen].commits_through_storage_options,
     )
     session = spark if spark is not None else _active_spark()
-    spec: MergeSpec | None = with_session_mode(
-        merge, session, PREDICATES
-    )  # built before the session
+    spec: MergeSpec | None = with_session_mode(merge, session, PREDICATES)  # made before it
     if session is not None and not ENGINES[chosen].commits_through_storage_options:
         check_spark_log_store(  # Spark's LogStore commits
-            session, [located, staged_at], allow_unsafe_commits=store.allow_unsafe_commits
+            session,
+            [located, staged_at],
+            # the flat keyword, or the storage option (the CLI's `-o`)
+            allow_unsafe_commits=store.allow_unsafe_commits or opted_in(store.storage_options),
         )
     return SinkSettings(
         target=located,

@@ -47,6 +47,7 @@ __all__ = [
     "OPT_IN",
     "check_spark_log_store",
     "checked_options",
+    "opted_in",
     "spark_log_store_reasons",
     "unsafe_reasons",
 ]
@@ -114,6 +115,25 @@ def unsafe_reasons(
     return reasons
 
 
+def opted_in(options: Mapping[str, str] | None) -> bool:
+    """Whether ``options`` opt in to unsafe commits (:data:`OPT_IN` set to true, in any
+    case): the embedded engine's check and the spark engine's LogStore check
+    (:func:`check_spark_log_store`) both honour it.
+
+    Raises:
+        ConfigurationError: :data:`OPT_IN` with a value that is not ``true``/``false``.
+    """
+    found = False
+    for name, value in (options or {}).items():
+        if str(name).lower() != OPT_IN:
+            continue
+        text = str(value).strip().lower()
+        if text not in _TRUE | {"false", "0", "no", "off"}:
+            raise ConfigurationError(f"{OPT_IN} must be true or false, got {value!r}.")
+        found = found or text in _TRUE
+    return found
+
+
 def checked_options(
     uris: list[str],
     options: Mapping[str, str] | None,
@@ -143,17 +163,12 @@ def checked_options(
     else:
         given = {str(k): str(v) for k, v in options.items()}
     passed = {k: v for k, v in given.items() if not k.lower().startswith("deltasink.")}
-    for name, value in given.items():
-        if name in passed:
-            continue
-        if name.lower() != OPT_IN:
+    for name in given:
+        if name not in passed and name.lower() != OPT_IN:
             raise ConfigurationError(
                 f"unknown deltasink storage option {name!r}; the one deltasink reads is {OPT_IN!r}."
             )
-        if value.strip().lower() not in _TRUE | {"false", "0", "no", "off"}:
-            raise ConfigurationError(f"{OPT_IN} must be true or false, got {value!r}.")
-        allow_unsafe_commits = allow_unsafe_commits or value.strip().lower() in _TRUE
-    if not allow_unsafe_commits:
+    if not (allow_unsafe_commits or opted_in(given)):
         for uri in uris:
             reasons = unsafe_reasons(uri, passed, env)
             if reasons:

@@ -112,3 +112,36 @@ def test_a_spark_engine_sink_on_such_a_store_is_refused_when_it_is_made() -> Non
 
     with pytest.raises(UnsafeStoreError, match="S3DynamoDBLogStore"):
         DeltaSink(URIS[0], "app", MergeSpec(mode="append"), engine="spark", spark=session())
+
+
+@pytest.mark.parametrize("opt_in", ["true", "TRUE", " yes "])
+def test_the_storage_option_opts_in_as_the_keyword_does(opt_in: str) -> None:
+    """``-o deltasink.allow_unsafe_commits=true`` (the CLI's only way, which the refusal
+    names) lets the spark engine's sink be made, as ``allow_unsafe_commits=True`` does."""
+    from deltasink import DeltaSink, MergeSpec
+
+    options = {"deltasink.allow_unsafe_commits": opt_in}
+    made = DeltaSink(
+        URIS[0],
+        "app",
+        MergeSpec(mode="append"),
+        engine="spark",
+        spark=session(),
+        storage_options=options,
+    )
+    assert made.settings.storage_options == {}  # deltasink's own key stays out of delta-rs
+
+
+def test_a_storage_option_opt_out_or_a_bad_value_is_not_an_opt_in() -> None:
+    from deltasink import DeltaSink, MergeSpec
+
+    for value, error in (("false", UnsafeStoreError), ("maybe", ConfigurationError)):
+        with pytest.raises(error):
+            DeltaSink(
+                URIS[0],
+                "app",
+                MergeSpec(mode="append"),
+                engine="spark",
+                spark=session(),
+                storage_options={"deltasink.allow_unsafe_commits": value},
+            )
