@@ -118,18 +118,7 @@ def resolve(
             constructor documents them; a group given beside its flat keywords.
         UnsafeStoreError: The storage options declare an unsafe store, not opted in.
     """
-    if not isinstance(target, str | os.PathLike):
-        raise ConfigurationError(f"target must be a path or URI string, got {target!r}.")
-    if not isinstance(app_id, str) or not _APP_ID.match(app_id):
-        raise ConfigurationError(
-            f"app_id must be 1-200 characters of letters, digits, '.', '_' or '-', "
-            f"starting with a letter or digit; got {app_id!r}.",
-            app_id=app_id if isinstance(app_id, str) else None,
-        )
-    if merge is not None and not isinstance(merge, MergeSpec):
-        raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
-    if table is not None and not isinstance(table, TableSpec):
-        raise ConfigurationError(f"table must be a TableSpec or None, got {table!r}.")
+    target, app_id, merge, table = _kinds(target, app_id, merge, table)
     flat_audit = {
         "checks": checks,
         "unverifiable_checks": unverifiable_checks,
@@ -161,27 +150,13 @@ def resolve(
     flat_store = {"storage_options": storage_options, "allow_unsafe_commits": allow_unsafe_commits}
     grouped("store", store, flat_store, _defaults(StoreOptions))
     store = store or StoreOptions(**flat_store)  # type: ignore[arg-type]
-    # An engine that commits through Spark's LogStore only reads with the options.
-    options = checked_options(
-        [located, staged_at],
-        store.storage_options,
-        allow_unsafe_commits=store.allow_unsafe_commits
-        or not ENGINES[chosen].commits_through_storage_options,
-    )
     session = spark if spark is not None else _active_spark()
-    spec: MergeSpec | None = with_session_mode(merge, session, PREDICATES)  # made before it
-    if session is not None and not ENGINES[chosen].commits_through_storage_options:
-        check_spark_log_store(  # Spark's LogStore commits
-            session,
-            [located, staged_at],
-            # the flat keyword, or the storage option (the CLI's `-o`)
-            allow_unsafe_commits=store.allow_unsafe_commits or opted_in(store.storage_options),
-        )
+    options = _checked_store(chosen, [located, staged_at], store, session)
     return SinkSettings(
         target=located,
         staging=staged_at,
         app_id=app_id,
-        merge=spec,
+        merge=with_session_mode(merge, session, PREDICATES),  # a spec made before it
         table=table,
         engine=chosen,
         engine_reason=reason,
@@ -195,6 +170,52 @@ def resolve(
         clock=clock,
         spark=spark,
     )
+
+
+def _kinds(
+    target: object, app_id: object, merge: object, table: object
+) -> tuple[str | os.PathLike[str], str, MergeSpec | None, TableSpec | None]:
+    """The first four arguments, each of its kind (in the constructor's order)."""
+    if not isinstance(target, str | os.PathLike):
+        raise ConfigurationError(f"target must be a path or URI string, got {target!r}.")
+    if not isinstance(app_id, str) or not _APP_ID.match(app_id):
+        raise ConfigurationError(
+            f"app_id must be 1-200 characters of letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit; got {app_id!r}.",
+            app_id=app_id if isinstance(app_id, str) else None,
+        )
+    if merge is not None and not isinstance(merge, MergeSpec):
+        raise ConfigurationError(f"merge must be a MergeSpec or None, got {merge!r}.")
+    if table is not None and not isinstance(table, TableSpec):
+        raise ConfigurationError(f"table must be a TableSpec or None, got {table!r}.")
+    return target, app_id, merge, table
+
+
+def _checked_store(
+    engine: EngineName, locations: list[str], store: StoreOptions, session: Any
+) -> dict[str, str] | None:
+    """The storage options the engine gets, checked for ``locations``: the embedded
+    engine commits through them (an unsafe store refused unless opted in); an engine
+    that commits through Spark's LogStore only reads with them, and its ``session``'s
+    LogStore is checked instead (opted in by the flat keyword or the storage option,
+    the CLI's ``-o``).
+
+    Raises:
+        UnsafeStoreError: The store (or the session's LogStore) is unsafe, not opted in.
+    """
+    through_options = ENGINES[engine].commits_through_storage_options
+    options = checked_options(
+        locations,
+        store.storage_options,
+        allow_unsafe_commits=store.allow_unsafe_commits or not through_options,
+    )
+    if session is not None and not through_options:
+        check_spark_log_store(
+            session,
+            locations,
+            allow_unsafe_commits=store.allow_unsafe_commits or opted_in(store.storage_options),
+        )
+    return options
 
 
 _TIMEOUT_DEFAULTS: Mapping[str, object] = {
