@@ -146,6 +146,7 @@ def trial(args: dict[str, Any]) -> dict[str, Any]:
     jvm = spark._jvm  # the driver JVM's pid and memory beans
     pids = {"jvm": int(jvm.java.lang.ProcessHandle.current().pid()), "python": os.getpid()}
     batch = spark.read.parquet(args["batch"])
+    sink: Any = None
     if side == "sink":
         from deltasink import DeltaSink, MergeSpec
 
@@ -155,16 +156,20 @@ def trial(args: dict[str, Any]) -> dict[str, Any]:
             else MergeSpec(mode="scd2", keys=["id"], sequence_by="seq")
         )
         sink = DeltaSink(path, APP, spec, engine="spark", spark=spark)
-        write = lambda frame, version: sink.write(frame, version)  # noqa: E731
-    else:
-        write = lambda frame, version: _native(spark, path, mode, frame, version)  # noqa: E731
+
+    def write(frame: Any, version: int) -> None:
+        if sink is not None:
+            sink.write(frame, version)
+        else:
+            _native(spark, path, mode, frame, version)
+
     write(batch.where("false"), 0)  # steady state (module docstring)
     pools = [
         p
         for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
         if str(p.getType().name()) == "HEAP"
     ]
-    jvm.java.lang.System.gc()
+    jvm.java.lang.System.gc()  # the heap as the write finds it, without the set-up's garbage
     gc.collect()
     base = {name: _status(pid, "VmRSS") for name, pid in pids.items()}
     for pid in pids.values():
