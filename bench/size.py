@@ -76,9 +76,10 @@ def cluster_conf(s: Settings) -> dict[str, str]:
         "spark.executor.instances": "2",
         "spark.cores.max": "2",
         "spark.driver.maxResultSize": "1g",
-        # what a user runs: the JVM's own JIT and GC, Spark's optimizer
-        "spark.driver.extraJavaOptions": "",
-        "spark.executor.extraJavaOptions": "",
+        # what a user runs: the JVM's full JIT (not the tests' C1 only), its default
+        # collector, Spark's optimizer
+        "spark.driver.extraJavaOptions": "-XX:+UseG1GC",
+        "spark.executor.extraJavaOptions": "-XX:+UseG1GC",
         "spark.sql.adaptive.enabled": "true",
         "spark.sql.codegen.wholeStage": "true",
         "spark.sql.codegen.factoryMode": "FALLBACK",

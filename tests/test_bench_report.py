@@ -196,7 +196,7 @@ def test_the_size_benchmark_sizes_its_cluster_without_changing_the_tests_one() -
     assert bench["spark.executor.memory"] == "3g"
     assert bench["spark.driver.memory"] == "2g"
     assert bench["spark.sql.adaptive.enabled"] == "true"
-    assert bench["spark.executor.extraJavaOptions"] == ""
+    assert bench["spark.executor.extraJavaOptions"] == "-XX:+UseG1GC"  # the full JIT
     assert {k: v for k, v in bench.items() if k not in cluster_conf(Settings())} == {
         k: v for k, v in tests.items() if k not in cluster_conf(Settings())
     }
