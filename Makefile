@@ -169,6 +169,8 @@ check: lint test
 # Benchmarks: `make bench` (about 15-20 min once bench/out/cache holds P4's 10,000-batch
 # history; the first run builds it, over an hour; writes docs/benchmarks.md and .png), or
 # `make bench BENCH_ARGS=--quick` (under 2 min; writes bench/out/benchmarks-quick.md).
+# Not in the default set: `make bench BENCH_ARGS='--only size --splice'` (a Spark
+# standalone cluster, 10M-row targets, about an hour; bench/README.md, "size").
 bench: $(STAMP)
 	$(PY) -m bench.run $(BENCH_ARGS)
 

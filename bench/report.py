@@ -809,13 +809,14 @@ def render(results: dict[str, Any], *, command: str, plot_name: str | None) -> s
 _OWN_SECTIONS = {
     "fanin": "## Fan-in: many writers into one target",
     "telemetry": "## Telemetry: what recording every commit costs",
+    "size": "## Size: the spark engine on a Spark cluster against Delta's MERGE INTO",
 }
 
 
 def _own(key: str) -> Any:
-    from bench import fanin, telemetry_cost
+    from bench import fanin, size, telemetry_cost
 
-    return {"fanin": fanin, "telemetry": telemetry_cost}[key]
+    return {"fanin": fanin, "telemetry": telemetry_cost, "size": size}[key]
 
 
 def _new_goal_rows(sections: dict[str, Any]) -> list[Row]:

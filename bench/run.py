@@ -37,6 +37,8 @@ from bench.report import render, splice
 __all__ = ["main"]
 
 PARTS = ("p1", "grid", "p2", "p2u", "p3", "p4", "p5", "p7", "fanin", "telemetry", "stores")
+#: Parts run only when ``--only`` names them (each takes long: its module says how long).
+OPTIONAL = ("size",)
 
 
 def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any]:
@@ -49,6 +51,7 @@ def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any
         p4_planning,
         p5_memory,
         p7_floor,
+        size,
         store_requests,
         telemetry_cost,
     )
@@ -68,6 +71,8 @@ def _sections(config: Config, only: set[str], *, rebuild: bool) -> dict[str, Any
         ("stores", lambda: store_requests.run_for(config)),
         # last: the first full run builds (or waits for) the 10,000-batch history
         ("p4", lambda: p4_planning.run(config, rebuild=rebuild)),
+        # only with --only size: a standalone cluster, 10M rows (about an hour)
+        ("size", lambda: size.run(config)),
     ]
     for name, step in steps:
         if name in only:
@@ -95,7 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 runs (smoke test)")
     parser.add_argument("--runs", type=int, help="repetitions per side (default 5, quick 3)")
     parser.add_argument(
-        "--only", help=f"comma-separated subset of {','.join(PARTS)} (grid needs p1)"
+        "--only",
+        help=f"comma-separated subset of {','.join(PARTS)} (grid needs p1), or of the "
+        f"parts run only when named: {','.join(OPTIONAL)}",
     )
     parser.add_argument("--report", help="where to write the Markdown report")
     parser.add_argument(
@@ -118,9 +125,9 @@ def main(argv: list[str] | None = None) -> None:
         data = json.loads(results_path.read_text())
     else:
         only = set(args.only.split(",")) if args.only else set(PARTS)
-        unknown = only - set(PARTS)
+        unknown = only - set(PARTS) - set(OPTIONAL)
         if unknown:
-            parser.error(f"unknown part(s) {sorted(unknown)}; choose from {PARTS}")
+            parser.error(f"unknown part(s) {sorted(unknown)}; choose from {PARTS + OPTIONAL}")
         if "grid" in only:
             only.add("p1")
         runs = args.runs or (3 if args.quick else 5)
@@ -149,7 +156,9 @@ def main(argv: list[str] | None = None) -> None:
             "other_cores": round(others.cores(), 3),
             "argv": sys.argv[1:] if argv is None else argv,
             # the parts' own settings (bench.fanin): part of the command that repeats it
-            "env": {k: os.environ[k] for k in ("FANIN", "FANIN_SPARK") if os.environ.get(k)},
+            "env": {
+                k: os.environ[k] for k in ("FANIN", "FANIN_SPARK", "SIZE") if os.environ.get(k)
+            },
         }
         results = Results(config=cfg, machine=machine, sections=sections)
         results.save(results_path)
@@ -157,6 +166,9 @@ def main(argv: list[str] | None = None) -> None:
     p6 = OUT_DIR / "p6.json"  # the delta-spark benchmark runs on its own (a JVM session)
     if p6.exists() and not args.quick:
         data["sections"]["p6"] = json.loads(p6.read_text())
+    size_out = OUT_DIR / "size.json"  # bench.size runs only when named (a cluster, an hour)
+    if size_out.exists() and not args.quick and "size" not in data["sections"]:
+        data["sections"]["size"] = json.loads(size_out.read_text())
     s3 = OUT_DIR / "s3-requests.json"  # bench.s3_requests runs on its own (a moto server)
     if s3.exists() and not args.quick:
         data["sections"]["s3"] = json.loads(s3.read_text())

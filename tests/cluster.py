@@ -1,9 +1,10 @@
 """A Spark standalone cluster on 127.0.0.1 for ``make test-cluster``: a master and two
 workers, each its own JVM started with PySpark's ``bin/spark-class``
 (``org.apache.spark.deploy.master.Master``, ``org.apache.spark.deploy.worker.Worker``),
-no download. Each worker has 2 cores and 1 GiB: an application gets one executor JVM
-(1 core, 512 MiB) on each worker, with its own Python workers, and a second application
-(the CLI's, a racing writer) fits beside it.
+no download. By default (the tests') each worker has 2 cores and 1 GiB: an application
+gets one executor JVM (1 core, 512 MiB) on each worker, with its own Python workers, and
+a second application (the CLI's, a racing writer) fits beside it. A benchmark passes
+bigger workers and executors (``bench/size.py``).
 
 The executors' Python cannot import deltasink: the workers' ``PYTHONPATH`` starts with
 a folder whose ``deltasink`` package raises ``ImportError`` (:data:`BLOCKED`), ahead of
@@ -31,10 +32,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BLOCKED", "StandaloneCluster", "die_with_parent", "unavailable"]
+__all__ = ["BLOCKED", "StandaloneCluster", "app_conf", "die_with_parent", "unavailable"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What ``import deltasink`` raises on an executor.
@@ -76,11 +78,14 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child before ex
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def app_conf(master: str, jars: list[str]) -> dict[str, str]:
-    """The ``spark-defaults.conf`` of the cluster's drivers."""
+def app_conf(
+    master: str, jars: list[str], overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The ``spark-defaults.conf`` of the cluster's drivers: the tests' (small, cheap
+    JVMs), with ``overrides`` on top (a benchmark's sizes and optimizer settings)."""
     from tests import support
 
-    return {
+    conf = {
         "spark.master": master,
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -109,15 +114,32 @@ def app_conf(master: str, jars: list[str]) -> dict[str, str]:
         **support.CHEAP_SPARK_CONF,
         "spark.sql.shuffle.partitions": "2",  # both executors get tasks
     }
+    conf.update(overrides or {})
+    return conf
 
 
 class StandaloneCluster:
     """A master and :data:`WORKERS` workers under ``workdir`` (see the module docstring).
 
     Use as a context manager, or call :meth:`stop` in a ``finally``.
+
+    Args:
+        workdir: Where the daemons' logs, work folders and the drivers' conf go.
+        worker_cores: Cores each worker offers.
+        worker_memory: Memory each worker offers its executors (``spark-class``'s
+            ``--memory`` spelling: ``1g``, ``3500m``).
+        conf: Settings over the drivers' defaults (:func:`app_conf`), e.g.
+            ``spark.executor.memory``; the defaults fit the tests.
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        worker_cores: int = 2,
+        worker_memory: str = "1g",
+        conf: Mapping[str, str] | None = None,
+    ) -> None:
         from tests.test_contract_spark import delta_jars
 
         reason = unavailable()
@@ -129,7 +151,8 @@ class StandaloneCluster:
         self.master = f"spark://127.0.0.1:{self.port}"
         self.conf_dir = workdir / "conf"
         self.conf_dir.mkdir(exist_ok=True)
-        self.conf = app_conf(self.master, delta_jars())
+        self.worker_cores, self.worker_memory = worker_cores, worker_memory
+        self.conf = app_conf(self.master, delta_jars(), conf)
         (self.conf_dir / "spark-defaults.conf").write_text(
             "".join(f"{k} {v}\n" for k, v in self.conf.items())
         )
@@ -200,9 +223,9 @@ class StandaloneCluster:
                 "--webui-port",
                 "0",
                 "--cores",
-                "2",
+                str(self.worker_cores),
                 "--memory",
-                "1g",
+                self.worker_memory,
                 "--work-dir",
                 str(work),
                 self.master,

@@ -104,3 +104,99 @@ def test_a_fan_in_case_beside_other_work_or_with_a_moving_serial_twin_gives_no_v
         verdicts(runs([1.0, 10.0, 1.2, 1.0, 1.1], 0.4))[1:]
         == ["noisy (serial baseline moved 10.00x), not a measurement"] * 2
     )
+
+
+def size_mode(
+    sink: list[float], native: list[float], *, other: float = 0.05, same: bool = True
+) -> dict[str, object]:
+    """A mode of ``bench.size``'s section: the sides' seconds per repetition."""
+
+    def trials(times: list[float], jvm: int) -> list[dict[str, object]]:
+        return [
+            {"seconds": t, "rss_peak": {"jvm": jvm, "python": 2**27}, "heap_peak": 2**28}
+            for t in times
+        ]
+
+    def stat(xs: list[float]) -> dict[str, float]:
+        return {"min": min(xs), "max": max(xs), "median": sorted(xs)[len(xs) // 2]}
+
+    return {
+        "mode": "upsert",
+        "target_rows": 10_000_000,
+        "batch_rows": 1_000_000,
+        "updates": 500_000,
+        "stats": {"sink": stat(sink), "native": stat(native)},
+        "time_ratios": [a / b for a, b in zip(sink, native, strict=True)],
+        "jvm_ratios": [1.1] * len(sink),
+        "same": [same] * len(sink),
+        "trials": {"sink": trials(sink, 1100 * 2**20), "native": trials(native, 1000 * 2**20)},
+        "loadavg_start": [0.3],
+        "loadavg": [2.0],
+        "other_cores": other,
+        "cores": 2,
+    }
+
+
+def test_a_size_mode_gives_a_time_verdict_only_when_quiet_steady_and_equal() -> None:
+    """bench.size: the time row is noise when other processes worked meanwhile or the
+    native MERGE's time moved, and missed whatever the noise when the two targets
+    differ; the driver's peak RSS row keeps its verdict (memory, not time)."""
+    from bench.size import goal_rows
+
+    def verdicts(mode: dict[str, object]) -> list[str]:
+        return [r[-1] for r in goal_rows({"modes": [mode]})]
+
+    quiet = size_mode([11.0, 12.0, 11.5, 11.0, 12.0], [10.0, 10.5, 10.2, 10.0, 10.4])
+    assert verdicts(quiet) == ["**met**", "**met**"]
+    busy = size_mode([11.0, 12.0, 11.5], [10.0, 10.5, 10.2], other=0.9)
+    assert verdicts(busy) == ["noisy (other work used 0.90 cores), not a measurement", "**met**"]
+    moved = size_mode([11.0, 12.0, 11.5], [10.0, 16.0, 10.2])
+    assert verdicts(moved)[0] == "noisy (baseline moved 1.60x), not a measurement"
+    differ = size_mode([11.0, 12.0, 11.5], [10.0, 10.5, 10.2], other=0.9, same=False)
+    assert verdicts(differ)[0] == "**missed**"
+    slow = size_mode([13.0, 14.0, 13.5], [10.0, 10.5, 10.2])
+    assert verdicts(slow)[0] == "**missed**"
+
+
+def test_the_size_section_is_spliced_into_a_report() -> None:
+    """``--only size --splice`` adds the size section and its goal rows to a report and
+    keeps the rest; a second splice replaces them."""
+    from bench.report import splice
+    from bench.size import render
+
+    section = {
+        "settings": {"target_rows": 10_000_000, "batch_rows": 1_000_000, "runs": 5},
+        "conf": {"spark.executor.memory": "3g", "spark.driver.memory": "2g"},
+        "modes": [size_mode([11.0, 12.0, 11.5], [10.0, 10.5, 10.2])],
+    }
+    section["settings"]["updates"] = 0.5  # type: ignore[index]
+    results = {**run(0.3, 1.0), "sections": {"size": section}}
+    results["machine"]["date"] = "2026-11-29 16:00 UTC"  # type: ignore[index]
+    report = "# r\n\n## Goals\n\n| a | b | c | d |\n|---|---|---|---|\n| P1 | x | y | z |\n"
+    report += "\n## P1\n\nbody\n"
+    once = splice(report, results, command="make bench BENCH_ARGS='--only size --splice'")
+    twice = splice(once, results, command="make bench BENCH_ARGS='--only size --splice'")
+    assert once == twice
+    assert "| P1 | x | y | z |" in once
+    assert "## P1\n\nbody" in once
+    assert once.count("| Size on a cluster:") == 2
+    assert render(section) in once
+
+
+def test_the_size_benchmark_sizes_its_cluster_without_changing_the_tests_one() -> None:
+    """``bench.size`` passes its memory and optimizer settings to the tests' cluster;
+    without them the drivers' defaults stay the tests' (small JVMs, cheap plans)."""
+    from bench.size import Settings, cluster_conf
+    from tests.cluster import app_conf
+
+    tests = app_conf("spark://127.0.0.1:7077", ["a.jar"])
+    assert tests["spark.executor.memory"] == "512m"
+    assert tests["spark.sql.adaptive.enabled"] == "false"
+    bench = app_conf("spark://127.0.0.1:7077", ["a.jar"], cluster_conf(Settings()))
+    assert bench["spark.executor.memory"] == "3g"
+    assert bench["spark.driver.memory"] == "2g"
+    assert bench["spark.sql.adaptive.enabled"] == "true"
+    assert bench["spark.executor.extraJavaOptions"] == "-XX:+UseG1GC"  # the full JIT
+    assert {k: v for k, v in bench.items() if k not in cluster_conf(Settings())} == {
+        k: v for k, v in tests.items() if k not in cluster_conf(Settings())
+    }
