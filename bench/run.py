@@ -95,6 +95,23 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     return results, report, report.with_suffix(".png")
 
 
+#: The parts whose sections and goal rows ``--splice`` replaces (bench.report.splice).
+SPLICEABLE = ("fanin", "telemetry", "size")
+
+
+def _add_saved(sections: dict[str, Any]) -> None:
+    """The results of the parts that run on their own, saved under ``bench/out``."""
+    p6 = OUT_DIR / "p6.json"  # the delta-spark benchmark runs on its own (a JVM session)
+    if p6.exists():
+        sections["p6"] = json.loads(p6.read_text())
+    size_out = OUT_DIR / "size.json"  # bench.size runs only when named (a cluster, an hour)
+    if size_out.exists() and "size" not in sections:
+        sections["size"] = json.loads(size_out.read_text())
+    s3 = OUT_DIR / "s3-requests.json"  # bench.s3_requests runs on its own (a moto server)
+    if s3.exists():
+        sections["s3"] = json.loads(s3.read_text())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, 3 runs (smoke test)")
@@ -128,6 +145,12 @@ def main(argv: list[str] | None = None) -> None:
         unknown = only - set(PARTS) - set(OPTIONAL)
         if unknown:
             parser.error(f"unknown part(s) {sorted(unknown)}; choose from {PARTS + OPTIONAL}")
+        if args.splice and only - set(SPLICEABLE):
+            parser.error(
+                f"--splice replaces only the sections of {list(SPLICEABLE)}; "
+                f"{sorted(only - set(SPLICEABLE))} need a full run (or --report to write "
+                "a report of their own)"
+            )
         if "grid" in only:
             only.add("p1")
         runs = args.runs or (3 if args.quick else 5)
@@ -163,15 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         results = Results(config=cfg, machine=machine, sections=sections)
         results.save(results_path)
         data = json.loads(results_path.read_text())
-    p6 = OUT_DIR / "p6.json"  # the delta-spark benchmark runs on its own (a JVM session)
-    if p6.exists() and not args.quick:
-        data["sections"]["p6"] = json.loads(p6.read_text())
-    size_out = OUT_DIR / "size.json"  # bench.size runs only when named (a cluster, an hour)
-    if size_out.exists() and not args.quick and "size" not in data["sections"]:
-        data["sections"]["size"] = json.loads(size_out.read_text())
-    s3 = OUT_DIR / "s3-requests.json"  # bench.s3_requests runs on its own (a moto server)
-    if s3.exists() and not args.quick:
-        data["sections"]["s3"] = json.loads(s3.read_text())
+    if not (args.quick or args.splice):  # a splice shows only the parts it measured
+        _add_saved(data["sections"])
     argv_text = shlex.join(data["config"]["argv"])
     env = data["config"].get("env") or {}
     command = "".join(f"{k}={v} " for k, v in env.items()) + "make bench"

@@ -4,6 +4,8 @@ its goal rows say so (a fan-in "met" from a run at load 20 was published once)."
 
 from __future__ import annotations
 
+import pytest
+
 from bench.report import _honest, _steady, baseline_spread, noisy
 
 ROWS = [["fan-in", "≥ 0.9x", "1.47x", "**met**"], ["telemetry", "≤ 1%", "3.6%", "**missed**"]]
@@ -200,3 +202,15 @@ def test_the_size_benchmark_sizes_its_cluster_without_changing_the_tests_one() -
     assert {k: v for k, v in bench.items() if k not in cluster_conf(Settings())} == {
         k: v for k, v in tests.items() if k not in cluster_conf(Settings())
     }
+
+
+def test_a_splice_of_a_part_without_its_own_section_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--only stores --splice`` re-rendered the size section under the stores run's
+    command and left the stores section as it was; it is refused before anything runs."""
+    from bench import run
+
+    with pytest.raises(SystemExit):
+        run.main(["--only", "stores", "--splice"])
+    assert "--splice replaces only the sections of" in capsys.readouterr().err
