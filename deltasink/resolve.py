@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -274,9 +275,11 @@ def _check_engine_fit(
 
 
 def _active_spark() -> Any:
-    """The classic session PySpark holds active, if any (the spark engine's default)."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
+    """The classic session PySpark holds active, if any (the spark engine's default).
+    Without PySpark loaded there is none: a sink of a job that never imported it does
+    not import it here."""
+    if "pyspark.sql" not in sys.modules:
         return None
+    from pyspark.sql import SparkSession
+
     return SparkSession.getActiveSession()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +114,15 @@ CHEAP_SPARK_CONF: dict[str, str] = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
+
+
+@contextmanager
+def spark_conf(spark: Any, key: str, value: str) -> Iterator[None]:
+    """The Spark session's ``key`` set to ``value`` inside, the previous value restored
+    after."""
+    before = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)

@@ -16,8 +16,6 @@ Spark Connect. The embedded engine's Sail is proven by the differential suite.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from deltalake import DeltaTable
 from deltasink import ConfigurationError, DeltaSink, MergeSpec
 from deltasink.input.arrow import spark_frame
 from deltasink.ops.layout import PROP_SPEC
+from tests import support
 from tests.test_contract_spark import DELTA_SPARK_MODULE, delta_spark
 
 pytestmark = DELTA_SPARK_MODULE
@@ -35,17 +34,6 @@ __all__ = ["delta_spark"]
 
 UTC = dt.timezone.utc
 ANSI = "spark.sql.ansi.enabled"
-
-
-@contextmanager
-def conf(spark: Any, key: str, value: str) -> Iterator[None]:
-    """The session's ``key`` set to ``value`` inside, the previous value restored after."""
-    before = spark.conf.get(key)
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        spark.conf.set(key, before)
 
 
 def _contents(path: str, *columns: str) -> list[tuple[Any, ...]]:
@@ -107,7 +95,7 @@ def test_a_spec_built_with_ansi_mode_off_wraps_an_overflow_around_on_both_engine
     """``qty + 1`` of the largest int is the smallest with ANSI mode off (Spark's
     answer): row 1 is deleted by ``delete_when`` on both engines, where ANSI mode on
     fails the write. The spark engine refuses the spec in a session with ANSI mode on."""
-    with conf(delta_spark, ANSI, "false"):
+    with support.spark_conf(delta_spark, ANSI, "false"):
         # given: in this process the embedded engine's Sail (Spark Connect) may be the
         # active session; recording the active session's mode has its own test
         spec = MergeSpec(keys=["id"], delete_when="qty + 1 < 0", ansi_mode=False)
@@ -139,7 +127,7 @@ def test_a_spec_built_before_the_session_records_the_mode_of_the_session_it_writ
     spec = MergeSpec(keys=["id"], delete_when="qty + 1 < 0")  # the session: ANSI on
     assert spec.ansi_mode is None
     target = str(tmp_path / "spark")
-    with conf(delta_spark, ANSI, "false"):
+    with support.spark_conf(delta_spark, ANSI, "false"):
         sink = DeltaSink(target, "app", spec, engine="spark", spark=delta_spark)
         sink.write(_quantities(), 0)
     assert _contents(target, "id", "qty") == [(2, 5)]

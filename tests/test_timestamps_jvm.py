@@ -20,8 +20,7 @@ afterwards; inside the full suite this module runs in that suite's own process
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +40,9 @@ LA = "America/Los_Angeles"
 UTC = dt.timezone.utc
 
 
-@contextmanager
-def zone(spark: Any, name: str) -> Iterator[None]:
+def zone(spark: Any, name: str) -> AbstractContextManager[None]:
     """The session time zone ``name`` inside, the previous one restored after."""
-    before = spark.conf.get(ZONE)
-    spark.conf.set(ZONE, name)
-    try:
-        yield
-    finally:
-        spark.conf.set(ZONE, before)
+    return support.spark_conf(spark, ZONE, name)
 
 
 def micros(value: dt.datetime) -> int:
